@@ -1,0 +1,110 @@
+"""How a run is shown: the three ``--output-format``s, each a small event sink.
+
+* ``text``: the header (cwd, provider, model, base URL) and a trace of tool calls,
+  observations and the final answer, as in the lesson; with ``-p`` only the answer.
+* ``json``: one JSON object when the run ends.
+* ``stream-json``: one JSON object per line, per event, flushed as it happens; nothing
+  else ever goes to stdout, so a harness can parse every line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+OBSERVATION_LINES = 20
+
+
+def _short(value: Any, limit: int = 2000) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+class TextRenderer:
+    def __init__(self, quiet: bool = False, out: TextIO | None = None) -> None:
+        from rich.console import Console
+
+        self.quiet = quiet
+        self.console = Console(file=out or sys.stdout, highlight=False, soft_wrap=True)
+
+    def header(self, info: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        c = self.console
+        c.print("[bold]Agent Code[/bold]")
+        c.print(f"cwd: {info['cwd']}", markup=False)
+        c.print(f"provider: {info['provider']}  model: {info['model']}  base_url: {info.get('base_url') or '-'}",
+                markup=False)
+        c.print()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        c = self.console
+        if kind == "result":
+            if event["subtype"] == "success":
+                c.print(event["result"] if self.quiet else f"[bold green]final:[/] {event['result']}",
+                        markup=not self.quiet, highlight=False)
+            elif not self.quiet:
+                c.print(f"[bold red]stopped:[/] {event.get('error') or event['result']}")
+            return
+        if self.quiet:
+            return
+        if kind == "assistant":
+            blocks = event["message"]["content"]
+            has_tools = any(b.get("type") == "tool_use" for b in blocks)
+            for b in blocks:
+                if b.get("type") == "thinking" and b.get("thinking"):
+                    c.print(f"[dim]thinking: {_short(b['thinking'], 300)}[/dim]", markup=True)
+                elif b.get("type") == "text" and b.get("text") and has_tools:
+                    c.print("[cyan]assistant:[/] ", end="")
+                    c.print(b["text"], markup=False)
+        elif kind == "tool_use":
+            c.print(f"[yellow]tool_call:[/] {event['name']} ", end="")
+            c.print(_short(event["input"], 300), markup=False)
+        elif kind == "tool_result":
+            lines = event["content"].splitlines() or [""]
+            shown = "\n".join(lines[:OBSERVATION_LINES])
+            if len(lines) > OBSERVATION_LINES:
+                shown += f"\n… ({len(lines) - OBSERVATION_LINES} more lines)"
+            label = "[red]tool_error:[/] " if event["is_error"] else "[blue]observation:[/] "
+            c.print(label, end="")
+            c.print(shown, markup=False)
+
+
+class JsonRenderer:
+    """Collects the run and prints one object at the end."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.info: dict[str, Any] = {}
+
+    def header(self, info: dict[str, Any]) -> None:
+        self.info = info
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event["type"] == "result":
+            payload = {**event, "provider": self.info.get("provider"), "model": self.info.get("model"),
+                       "cwd": self.info.get("cwd")}
+            self.out.write(json.dumps(payload, ensure_ascii=False) + "\n")
+            self.out.flush()
+
+
+class StreamJsonRenderer:
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+
+    def header(self, info: dict[str, Any]) -> None:
+        self({"type": "system", "subtype": "init", **info})
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.out.write(json.dumps(event, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+
+def make_renderer(output_format: str, quiet: bool = False):
+    if output_format == "json":
+        return JsonRenderer()
+    if output_format == "stream-json":
+        return StreamJsonRenderer()
+    return TextRenderer(quiet=quiet)
