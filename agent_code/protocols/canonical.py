@@ -1,0 +1,75 @@
+"""The canonical turn format every wire protocol translates into and out of.
+
+Messages are chat messages as Hugging Face chat templates expect them::
+
+    {"role": "system" | "user" | "tool", "content": str}
+    {"role": "assistant", "content": str,
+     "reasoning_content": str,                        # only when there was reasoning
+     "tool_calls": [{"type": "function",
+                     "function": {"name": str, "arguments": dict}}]}   # only when there were calls
+
+Tools are ``[{"type": "function", "function": {"name", "description", "parameters"}}]``.
+Wire-only details (tool-call ids, signatures, cache_control) never enter these dicts:
+they would change what is rendered and break prefix matching between turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+ToolSchema = dict[str, Any]
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    # JSON-schema-constrained tool calls (engines that support grammars may use it)
+    tool_grammar: dict[str, Any] | None = None
+
+
+@dataclass
+class ChatRequest:
+    """A wire request after translation: what the rest of the gateway works with."""
+
+    messages: list[Message]
+    tools: list[ToolSchema] | None
+    sampling: SamplingParams
+    stream: bool = False
+    model: str | None = None
+    tool_choice: Any = None
+    thinking: bool = False          # the client asked for reasoning blocks
+    notes: list[str] = field(default_factory=list)  # content the translation dropped or rewrote
+
+
+@dataclass
+class ToolCallOut:
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""  # wire id, assigned by the protocol's way out
+
+
+@dataclass
+class ParsedReply:
+    """A raw completion split into its parts by the parsers."""
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ToolCallOut] = field(default_factory=list)
+    ill_formed: list[str] = field(default_factory=list)  # what could not be parsed, and why
+
+    def as_message(self) -> Message:
+        """The canonical assistant message for this reply (what the next turn's history holds)."""
+        msg: Message = {"role": "assistant", "content": self.text}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in self.tool_calls]
+        return msg
