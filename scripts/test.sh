@@ -3,5 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# real npm peers for the tests (Qwen3 tokenizer files, the Claude Code CLI)
+if command -v npm >/dev/null 2>&1; then
+  mkdir -p .cache/node
+  if ! cmp -s tests/node/package.json .cache/node/.installed; then
+    echo "setup: installing npm test peers into .cache/node" >&2
+    cp tests/node/package.json .cache/node/package.json
+    npm install --prefix .cache/node --no-audit --no-fund --loglevel=error >&2
+    cp tests/node/package.json .cache/node/.installed
+  fi
+else
+  echo "setup: npm not found; tests that need npm packages will be skipped" >&2
+fi
 export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is tested too
 exec .venv/bin/python -m pytest "$@"

@@ -14,7 +14,9 @@ import sys
 from agent_code import __version__
 
 # name -> "module:function"; each takes the remaining argv
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "serve": "agent_code.cli.serve:main",
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,53 @@
+"""``agent-code serve``: the rollout gateway in the foreground."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def serve(
+    engine: str = typer.Option("llamacpp", "--engine",
+                               help="scripted:FILE | llamacpp[:MODEL.gguf] | sglang:URL | vllm:URL | hf:MODEL"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
+                                            help="Tokenizer + chat template: a directory, a .gguf, or a hub id "
+                                                 "(default: the embedded model's)."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8765, "--port"),
+    model_name: str = typer.Option("agent-code-local", "--model-name", help="Model id reported to clients."),
+    tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Default: detected from the template."),
+    reasoning_parser: Optional[str] = typer.Option(None, "--reasoning-parser",
+                                                   help="Default: detected from the template."),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Turn cap per session."),
+    max_context: Optional[int] = typer.Option(None, "--max-context", min=1,
+                                              help="Context budget per session, in tokens."),
+    max_body_mb: float = typer.Option(32.0, "--max-body-mb", help="Largest accepted request body."),
+) -> None:
+    """Serve the Anthropic Messages API in front of a local engine, recording every turn."""
+    import sys
+
+    import uvicorn
+
+    from agent_code.gateway.app import create_app
+    from agent_code.gateway.server import build_gateway
+
+    try:
+        gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
+                                reasoning_parser=reasoning_parser, max_turns=max_turns,
+                                max_context_tokens=max_context)
+    except Exception as exc:
+        print(f"agent-code serve: error: {exc}", file=sys.stderr)
+        raise typer.Exit(1)
+    print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
+          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{host}:{port}",
+          file=sys.stderr)
+    uvicorn.run(create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024)), host=host, port=port,
+                log_level="warning", lifespan="off")
+
+
+def main(argv: list[str]) -> None:
+    app(args=argv, prog_name="agent-code serve")

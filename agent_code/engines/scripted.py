@@ -1,0 +1,172 @@
+"""An engine that replies from a JSONL script: deterministic, instant, no model.
+
+One reply per line::
+
+    {"text": "...", "session"?: "id", "finish_reason"?: "stop" | "length",
+     "logprobs"?: [float, ...], "delay"?: seconds}
+
+A request for session ``S`` takes the next unused line whose ``session`` is ``S``; once those are
+used up (or there are none) it takes the next unused line without a ``session``. Lines are
+consumed once, in file order. Nothing left → :class:`EngineError`.
+
+The text is tokenized with the served tokenizer (``renderer.encode``, so special-token strings
+such as ``<tool_call>`` become their tokens) and closed with the template's end-of-turn token,
+unless the line says ``"finish_reason": "length"`` (a reply cut off by the budget).
+``logprobs`` gives the first logprobs; the ``k``-th emitted token (0-based) otherwise gets
+``-(k + 1) / 1024``. Requests cut the reply to ``sampling.max_new_tokens`` (finish ``"length"``)
+and at the token that completes a ``sampling.stop`` string (finish ``"stop"``, the string in
+``meta["stop"]``) — the same stop semantics as the real engines here. ``delay`` makes the reply
+wait (cancellably), for tests of timeouts and cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from agent_code.engines.base import EngineError, Generation
+from agent_code.protocols.canonical import SamplingParams
+
+_FIELDS = {"text", "session", "finish_reason", "logprobs", "delay"}
+
+
+class ScriptError(EngineError, ValueError):
+    """The script file is missing or malformed (reported with file:line)."""
+
+
+@dataclass
+class ScriptedReply:
+    line: int
+    text: str
+    ids: list[int]              # text tokens + end-of-turn (unless finish_reason is "length")
+    logprobs: list[float]       # same length as ids
+    finish_reason: str
+    session: str | None = None
+    delay: float = 0.0
+
+
+def default_logprob(k: int) -> float:
+    """The logprob the scripted engine reports for its ``k``-th emitted token (0-based)."""
+    return -(k + 1) / 1024
+
+
+class ScriptedEngine:
+    name = "scripted"
+
+    def __init__(self, path: str | Path, renderer: Any):
+        self.path = Path(path)
+        self.renderer = renderer
+        self.replies = self._load()
+        self._by_session: dict[str, deque[ScriptedReply]] = {}
+        self._shared: deque[ScriptedReply] = deque()
+        for reply in self.replies:
+            if reply.session is None:
+                self._shared.append(reply)
+            else:
+                self._by_session.setdefault(reply.session, deque()).append(reply)
+        self.used = 0
+
+    def _load(self) -> list[ScriptedReply]:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ScriptError(f"cannot read the engine script {self.path}: {exc}") from exc
+        eot = list(self.renderer.end_of_turn_ids)
+        replies = []
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            where = f"{self.path}:{number}"
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ScriptError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
+            replies.append(self._reply(obj, number, where, eot))
+        return replies
+
+    def _reply(self, obj: Any, number: int, where: str, eot: list[int]) -> ScriptedReply:
+        if not isinstance(obj, dict):
+            raise ScriptError(f"{where}: each line must be a JSON object, got {type(obj).__name__}")
+        unknown = set(obj) - _FIELDS
+        if unknown:
+            raise ScriptError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
+        text = obj.get("text")
+        if not isinstance(text, str):
+            raise ScriptError(f'{where}: "text" must be a string')
+        session = obj.get("session")
+        if session is not None and not isinstance(session, str):
+            raise ScriptError(f'{where}: "session" must be a string')
+        finish = obj.get("finish_reason", "stop")
+        if finish not in ("stop", "length"):
+            raise ScriptError(f'{where}: "finish_reason" must be "stop" or "length", got {finish!r}')
+        delay = obj.get("delay", 0)
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
+            raise ScriptError(f'{where}: "delay" must be a number of seconds >= 0')
+        ids = list(self.renderer.encode(text)) + (eot if finish == "stop" else [])
+        given = obj.get("logprobs") or []
+        if not isinstance(given, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in given):
+            raise ScriptError(f'{where}: "logprobs" must be a list of numbers')
+        if len(given) > len(ids):
+            raise ScriptError(f'{where}: {len(given)} logprobs for {len(ids)} tokens')
+        logprobs = [float(x) for x in given] + [default_logprob(k) for k in range(len(given), len(ids))]
+        return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay))
+
+    @property
+    def remaining(self) -> int:
+        return len(self._shared) + sum(len(q) for q in self._by_session.values())
+
+    def _next(self, session_id: str | None) -> ScriptedReply:
+        own = self._by_session.get(session_id) if session_id is not None else None
+        if own:
+            return own.popleft()
+        if self._shared:
+            return self._shared.popleft()
+        who = f"session {session_id!r}" if session_id is not None else "a request without a session"
+        raise EngineError(f"the engine script {self.path} is exhausted: no line left for {who} "
+                          f"({self.used} of {len(self.replies)} replies used)")
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+                       session_id: str | None = None) -> Generation:
+        reply = self._next(session_id)
+        self.used += 1
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        else:
+            await asyncio.sleep(0)
+        ids, logprobs, finish = list(reply.ids), list(reply.logprobs), reply.finish_reason
+        meta: dict[str, Any] = {"script_line": reply.line}
+        cut = _stop_cut(self.renderer, ids, sampling.stop)
+        if cut is not None:
+            end, stop = cut
+            ids, logprobs, finish = ids[:end], logprobs[:end], "stop"
+            meta["stop"] = stop
+        if sampling.max_new_tokens is not None and len(ids) > sampling.max_new_tokens:
+            end = max(0, sampling.max_new_tokens)
+            ids, logprobs, finish = ids[:end], logprobs[:end], "length"
+            meta.pop("stop", None)
+        return Generation(output_ids=ids, logprobs=logprobs, finish_reason=finish,
+                          prompt_tokens=len(prompt_ids), meta=meta)
+
+    async def close(self) -> None:
+        return None
+
+
+def _stop_cut(renderer: Any, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
+    """(number of tokens through the one completing the earliest stop string, that string)."""
+    stops = [s for s in stops or () if s]
+    if not stops:
+        return None
+    text = renderer.decode(ids)
+    if not any(s in text for s in stops):
+        return None
+    for end in range(1, len(ids) + 1):
+        prefix = renderer.decode(ids[:end])
+        for stop in stops:
+            if stop in prefix:
+                return end, stop
+    return None

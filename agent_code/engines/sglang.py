@@ -1,0 +1,182 @@
+"""SGLang over HTTP: its native token-in/token-out ``POST /generate``.
+
+Request::
+
+    {"input_ids": [...], "rid": "...", "return_logprob": true, "logprob_start_len": -1,
+     "stream": false,
+     "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "min_p",
+                         "stop", "sampling_seed"?, "json_schema"?}}
+
+Response: ``{"text", "output_ids"?, "meta_info": {"id", "finish_reason": {"type": "stop" |
+"length" | "abort", "matched"?, "message"?}, "prompt_tokens", "completion_tokens",
+"cached_tokens", "output_token_logprobs": [[logprob, token_id, text|null], ...]}}``.
+``output_ids`` is used when the server returns it, else the ids of ``output_token_logprobs``;
+they must agree in length with the logprobs. ``logprob_start_len: -1`` asks for the output
+tokens' logprobs only (no prompt logprobs, which would cost a prefill pass).
+
+Stop strings go to SGLang, whose output ids run through the token that completes the stop
+string (the text is trimmed, not the ids) — the same semantics as the other engines here. A
+``finish_reason`` of type ``abort`` that we did not ask for (e.g. the prompt is longer than the
+context) raises :class:`EngineError` with SGLang's message.
+
+Cancellation: the awaiting task's cancellation closes the HTTP request and sends
+``POST /abort_request {"rid": rid}`` (shielded, bounded by ``abort_timeout``) before
+``CancelledError`` propagates, so the scheduler frees the request at its next step instead of
+waiting for SGLang to notice the disconnect.
+
+Session affinity: every request of a session gets ``rid = "<session>_t<n>"`` (n counts that
+session's requests here), and the header ``X-SMG-Routing-Key: <session>``. SGLang's model
+gateway (SMG, the ``sglang-router`` successor) pins a routing key to one worker, taking the key
+from the body ``rid`` with its ``_t<n>``/``_r<n>`` suffixes stripped, or from
+``x-smg-routing-key`` when there is no rid; its ``cache_aware`` policy needs no key at all. A
+single SGLang server ignores both. Sessionless requests get a random rid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import uuid
+from typing import Any, Sequence
+
+import httpx
+
+from agent_code.engines.base import EngineError, Generation
+from agent_code.protocols.canonical import SamplingParams
+
+ROUTING_HEADER = "X-SMG-Routing-Key"
+_RID_UNSAFE = re.compile(r"[^A-Za-z0-9.\-]")
+
+
+class SGLangEngine:
+    name = "sglang"
+
+    def __init__(self, base_url: str, *, timeout: float = 600.0, abort_timeout: float = 5.0,
+                 api_key: str | None = None, routing_header: str | None = ROUTING_HEADER,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        if not base_url.startswith(("http://", "https://")):
+            base_url = "http://" + base_url
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.abort_timeout = abort_timeout
+        self.routing_header = routing_header
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._turns: dict[str, itertools.count] = {}
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop or self._client.is_closed:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, headers=self._headers, transport=self._transport,
+                timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
+            self._client_loop = loop
+        return self._client
+
+    def new_rid(self, session_id: str | None) -> str:
+        if session_id is None:
+            return uuid.uuid4().hex
+        turn = next(self._turns.setdefault(session_id, itertools.count(1)))
+        return f"{_RID_UNSAFE.sub('-', session_id)}_t{turn}"
+
+    def request_body(self, prompt_ids: Sequence[int], sampling: SamplingParams, rid: str) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": int(sampling.max_new_tokens),
+            "temperature": 1.0 if sampling.temperature is None else float(sampling.temperature),
+            "top_p": 1.0 if sampling.top_p is None else float(sampling.top_p),
+            "top_k": -1 if sampling.top_k is None or sampling.top_k <= 0 else int(sampling.top_k),
+            "min_p": 0.0,
+            "stop": list(sampling.stop),
+        }
+        if sampling.seed is not None:
+            params["sampling_seed"] = int(sampling.seed)
+        if sampling.tool_grammar:
+            params["json_schema"] = json.dumps(sampling.tool_grammar)
+        return {"input_ids": [int(i) for i in prompt_ids], "sampling_params": params, "rid": rid,
+                "return_logprob": True, "logprob_start_len": -1, "stream": False}
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+                       session_id: str | None = None) -> Generation:
+        rid = self.new_rid(session_id)
+        body = self.request_body(prompt_ids, sampling, rid)
+        headers = {self.routing_header: session_id} if session_id and self.routing_header else {}
+        client = self._http()
+        try:
+            response = await client.post("/generate", json=body, headers=headers)
+        except asyncio.CancelledError:
+            await self._abort(client, rid)
+            raise
+        except httpx.HTTPError as exc:
+            raise EngineError(f"SGLang at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+        return self._parse(response, len(prompt_ids), rid)
+
+    async def _abort(self, client: httpx.AsyncClient, rid: str) -> None:
+        """Tell SGLang to drop ``rid`` — shielded, so a cancelled caller still sends it."""
+        async def send() -> None:
+            try:
+                await client.post("/abort_request", json={"rid": rid}, timeout=self.abort_timeout)
+            except httpx.HTTPError:
+                pass  # the server also aborts requests whose client went away
+        task = asyncio.ensure_future(send())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task}, timeout=self.abort_timeout)
+
+    def _parse(self, response: httpx.Response, n_prompt: int, rid: str) -> Generation:
+        if response.status_code != 200:
+            raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {_error_text(response)}")
+        try:
+            data = response.json()
+            if isinstance(data, list):
+                data = data[0]
+            meta = data["meta_info"]
+            triples = meta.get("output_token_logprobs") or []
+            logprobs = [float(t[0]) for t in triples]
+            ids = data.get("output_ids")
+            ids = [int(i) for i in ids] if ids is not None else [int(t[1]) for t in triples]
+            finish = meta.get("finish_reason") or {}
+            if isinstance(finish, str):
+                finish = {"type": finish}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise EngineError(f"SGLang returned a malformed /generate response: {exc}: {response.text[:300]}") from exc
+        if len(ids) != len(logprobs):
+            raise EngineError(f"SGLang returned {len(ids)} output ids but {len(logprobs)} logprobs "
+                              "(is return_logprob supported by this server?)")
+        kind = finish.get("type")
+        if kind == "abort":
+            raise EngineError(f"SGLang aborted the request: {finish.get('message') or finish}")
+        if kind not in ("stop", "length"):
+            raise EngineError(f"SGLang returned an unknown finish reason {finish!r}")
+        extra: dict[str, Any] = {"engine": self.name, "rid": rid}
+        if isinstance(finish.get("matched"), str):
+            extra["stop"] = finish["matched"]
+        if "cached_tokens" in meta:
+            extra["cached_tokens"] = meta["cached_tokens"]
+        return Generation(output_ids=ids, logprobs=logprobs, finish_reason=kind,
+                          prompt_tokens=int(meta.get("prompt_tokens", n_prompt)), meta=extra)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                await client.aclose()
+            except RuntimeError:
+                pass  # its event loop is gone
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err or data.get("message") or data.get("detail") or data)[:500]
+    return str(data)[:500]

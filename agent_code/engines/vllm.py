@@ -1,0 +1,179 @@
+"""vLLM over HTTP, token in / token out through its OpenAI-compatible ``POST /v1/completions``.
+
+Request::
+
+    {"model", "prompt": [token ids], "max_tokens", "temperature", "top_p", "top_k", "min_p",
+     "seed"?, "stop", "logprobs": 1, "return_tokens_as_token_ids": true,
+     "skip_special_tokens": false, "structured_outputs"/"guided_json"?}
+
+Response: ``choices[0]`` has ``logprobs.tokens`` (``"token_id:N"`` strings, thanks to
+``return_tokens_as_token_ids``) and ``logprobs.token_logprobs`` (one per token), plus
+``finish_reason`` (``"stop"`` | ``"length"`` | ``"abort"``) and ``stop_reason`` (the matched
+stop string or token id). ``usage.prompt_tokens`` is the prompt length. The sampled ids are
+the ``token_id:N`` values (vLLM lists every sampled token, the end-of-sequence one and the one
+completing a stop string included); ``choices[0].token_ids``, which newer servers add, must
+agree when present.
+
+``model`` defaults to the first id of ``GET /v1/models`` (looked up once). The tool grammar
+(a JSON schema) is sent as ``structured_outputs: {"json": schema}`` (vLLM >= 0.11) or, with
+``legacy_guided=True``, as ``guided_json``.
+
+Cancellation closes the HTTP request; vLLM's server aborts a request whose client
+disconnected (its API handlers are wrapped to cancel on disconnect), freeing the sequence.
+
+Session affinity: ``X-Session-ID: <session>`` on every request, the header vLLM's
+production-stack router hashes on with ``--routing-logic session --session-key X-Session-ID``
+(configurable with ``session_header``); a single vLLM server ignores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+import httpx
+
+from agent_code.engines.base import EngineError, Generation
+from agent_code.protocols.canonical import SamplingParams
+
+SESSION_HEADER = "X-Session-ID"
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, base_url: str, *, model: str | None = None, timeout: float = 600.0,
+                 api_key: str | None = None, session_header: str | None = SESSION_HEADER,
+                 legacy_guided: bool = False, transport: httpx.AsyncBaseTransport | None = None):
+        if not base_url.startswith(("http://", "https://")):
+            base_url = "http://" + base_url
+        base_url = base_url.rstrip("/")
+        if base_url.endswith("/v1"):
+            base_url = base_url[:-3]
+        self.base_url = base_url
+        self.model = model
+        self.timeout = timeout
+        self.session_header = session_header
+        self.legacy_guided = legacy_guided
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop or self._client.is_closed:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, headers=self._headers, transport=self._transport,
+                timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
+            self._client_loop = loop
+        return self._client
+
+    async def _model(self, client: httpx.AsyncClient) -> str:
+        if self.model is None:
+            try:
+                response = await client.get("/v1/models")
+                response.raise_for_status()
+                self.model = response.json()["data"][0]["id"]
+            except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                raise EngineError(f"cannot tell which model vLLM at {self.base_url} serves "
+                                  f"(GET /v1/models: {exc}); pass the model name") from exc
+        return self.model
+
+    def request_body(self, prompt_ids: Sequence[int], sampling: SamplingParams, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": [int(i) for i in prompt_ids],
+            "max_tokens": int(sampling.max_new_tokens),
+            "temperature": 1.0 if sampling.temperature is None else float(sampling.temperature),
+            "top_p": 1.0 if sampling.top_p is None else float(sampling.top_p),
+            "top_k": -1 if sampling.top_k is None or sampling.top_k <= 0 else int(sampling.top_k),
+            "min_p": 0.0,
+            "stop": list(sampling.stop),
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "stream": False,
+        }
+        if sampling.seed is not None:
+            body["seed"] = int(sampling.seed)
+        if sampling.tool_grammar:
+            if self.legacy_guided:
+                body["guided_json"] = sampling.tool_grammar
+            else:
+                body["structured_outputs"] = {"json": sampling.tool_grammar}
+        return body
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+                       session_id: str | None = None) -> Generation:
+        client = self._http()
+        model = await self._model(client)
+        body = self.request_body(prompt_ids, sampling, model)
+        headers = {self.session_header: session_id} if session_id and self.session_header else {}
+        try:
+            # cancellation closes this request's connection: vLLM aborts on disconnect
+            response = await client.post("/v1/completions", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"vLLM at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+        return self._parse(response, len(prompt_ids))
+
+    def _parse(self, response: httpx.Response, n_prompt: int) -> Generation:
+        if response.status_code != 200:
+            raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: {_error_text(response)}")
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            lp = choice.get("logprobs") or {}
+            tokens = lp.get("tokens") or []
+            ids = [_token_id(t) for t in tokens]
+            logprobs = [float(x) if x is not None else float("nan") for x in lp.get("token_logprobs") or []]
+            finish = choice.get("finish_reason")
+            usage = data.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise EngineError(f"vLLM returned a malformed completion: {exc}: {response.text[:300]}") from exc
+        if len(ids) != len(logprobs):
+            raise EngineError(f"vLLM returned {len(ids)} tokens but {len(logprobs)} logprobs")
+        direct = choice.get("token_ids")
+        if direct is not None and [int(i) for i in direct] != ids:
+            raise EngineError("vLLM's token_ids disagree with its logprob tokens")
+        if finish == "abort":
+            raise EngineError("vLLM aborted the request")
+        if finish not in ("stop", "length"):
+            raise EngineError(f"vLLM returned an unknown finish reason {finish!r}")
+        meta: dict[str, Any] = {"engine": self.name}
+        if isinstance(choice.get("stop_reason"), str):
+            meta["stop"] = choice["stop_reason"]
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            meta["cached_tokens"] = cached
+        return Generation(output_ids=ids, logprobs=logprobs, finish_reason=finish,
+                          prompt_tokens=int(usage.get("prompt_tokens", n_prompt)), meta=meta)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                await client.aclose()
+            except RuntimeError:
+                pass
+
+
+def _token_id(token: Any) -> int:
+    if isinstance(token, int):
+        return token
+    if isinstance(token, str) and token.startswith("token_id:"):
+        return int(token[len("token_id:"):])
+    raise ValueError(f"token {token!r} is not 'token_id:N' (is return_tokens_as_token_ids supported?)")
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err or data.get("message") or data.get("detail") or data)[:500]
+    return str(data)[:500]

@@ -1,0 +1,88 @@
+"""The ASGI app: routes, session management, health. Thin on purpose: everything with
+logic lives in the pipeline (the turn) and the protocol modules (the wire)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent_code import __version__
+from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, read_json
+from agent_code.gateway.pipeline import Gateway
+from agent_code.gateway.routes_anthropic import AnthropicRoutes, error_response
+
+SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int}
+
+
+def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               ping_interval_s: float = 5.0) -> Starlette:
+    anthropic = AnthropicRoutes(gateway, max_body_bytes=max_body_bytes, ping_interval_s=ping_interval_s)
+    started = time.time()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__, "engine": gateway.engine.name,
+                             "model": gateway.model_name, "sessions": len(gateway.store.sessions),
+                             "uptime_s": round(time.time() - started, 3)})
+
+    async def models(request: Request) -> Response:
+        entry = {"type": "model", "id": gateway.model_name, "display_name": gateway.model_name,
+                 "created_at": "2026-01-01T00:00:00Z"}
+        return JSONResponse({"data": [entry], "has_more": False, "first_id": entry["id"], "last_id": entry["id"]})
+
+    async def open_session(request: Request) -> Response:
+        try:
+            body = await read_json(request, max_body_bytes)
+            if not isinstance(body, dict):
+                raise HttpError(400, "invalid_request_error", "expected a JSON object")
+            for key, value in body.items():
+                kind = SESSION_FIELDS.get(key)
+                if kind is None:
+                    raise HttpError(400, "invalid_request_error",
+                                    f"unknown field '{key}' (allowed: {', '.join(SESSION_FIELDS)})")
+                if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+                    raise HttpError(400, "invalid_request_error", f"'{key}' must be a {kind.__name__}"
+                                    + (" of at least 1" if kind is int else ""))
+            if not body.get("session_id"):
+                raise HttpError(400, "invalid_request_error", "'session_id' is required")
+            session = gateway.store.open(body["session_id"], sampling=body.get("sampling"),
+                                         max_context_tokens=body.get("max_context_tokens"),
+                                         max_turns=body.get("max_turns"))
+            return JSONResponse(session.summary(), status_code=201)
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
+    async def get_session(request: Request) -> Response:
+        try:
+            return JSONResponse(gateway.store.get(request.path_params["sid"]).summary())
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
+    async def get_turns(request: Request) -> Response:
+        try:
+            session = gateway.store.get(request.path_params["sid"])
+            return JSONResponse({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
+    async def http_error(request: Request, exc: Any) -> Response:
+        status = getattr(exc, "status_code", 500)
+        kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "api_error")
+        return error_response(HttpError(status, kind, f"{request.method} {request.url.path}: "
+                                        f"{getattr(exc, 'detail', 'error')}"))
+
+    routes = [
+        Route("/v1/messages", anthropic.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/v1/sessions", open_session, methods=["POST"]),
+        Route("/v1/sessions/{sid}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{sid}/turns", get_turns, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, 500: http_error})

@@ -1,0 +1,138 @@
+"""One model turn, independent of the wire protocol.
+
+    canonical request → render (chat template → prompt ids) → engine (ids, logprobs)
+    → decode → parse (reasoning, text, tool calls) → TurnOutcome
+
+The HTTP layer translates the wire body into a :class:`ChatRequest` first and the
+outcome back into the wire reply afterwards; it calls :meth:`Gateway.commit` only once
+the reply reached the client, so an unanswered turn is never recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agent_code.engines.base import Engine, Generation
+from agent_code.gateway.sessions import Session, SessionStore
+from agent_code.parse import detect_parsers, parse_completion
+from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
+from agent_code.trajectory.records import TurnRecord
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
+
+
+class RenderError(ValueError):
+    """The chat template refused the conversation (a client error: 400)."""
+
+
+@dataclass
+class PreparedTurn:
+    request: ChatRequest
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    timing: dict[str, float]
+
+
+@dataclass
+class TurnOutcome:
+    request: ChatRequest
+    prompt_ids: list[int]
+    generation: Generation
+    reply: ParsedReply
+    stop_sequence: str | None
+    timing: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def finish_reason(self) -> str:
+        return self.generation.finish_reason
+
+
+class Gateway:
+    def __init__(self, engine: Engine, renderer: Any, *, model_name: str = "agent-code-local",
+                 tool_parser: str | None = None, reasoning_parser: str | None = None,
+                 store: SessionStore | None = None, default_max_tokens: int = 4096) -> None:
+        self.engine = engine
+        self.renderer = renderer
+        self.model_name = model_name
+        detected_tool, detected_reasoning = detect_parsers(renderer.chat_template or "")
+        self.tool_parser = tool_parser or detected_tool
+        self.reasoning_parser = reasoning_parser or detected_reasoning
+        self.store = store or SessionStore()
+        self.default_max_tokens = default_max_tokens
+
+    # -- the turn ---------------------------------------------------------------------
+
+    def render(self, request: ChatRequest) -> list[int]:
+        try:
+            return list(self.renderer.render(request.messages, request.tools))
+        except Exception as exc:  # jinja raise_exception, bad roles, ...
+            raise RenderError(f"the chat template rejected the conversation: {exc}") from None
+
+    def sampling_for(self, session: Session, request: ChatRequest, prompt_len: int) -> SamplingParams:
+        """The request's sampling, overridden by the session's (the trainer decides), then
+        clamped to the session's context budget."""
+        overrides = {k: v for k, v in session.sampling.items() if k in SAMPLING_KEYS and v is not None}
+        sampling = replace(request.sampling, **overrides)
+        if session.max_context_tokens is not None:
+            room = session.max_context_tokens - prompt_len
+            sampling = replace(sampling, max_new_tokens=max(0, min(sampling.max_new_tokens, room)))
+        return sampling
+
+    def prepare(self, session: Session, request: ChatRequest) -> "PreparedTurn":
+        """Check the session, render the prompt and settle the sampling (no engine call)."""
+        session.check_open()
+        t0 = time.perf_counter()
+        prompt_ids = self.render(request)
+        sampling = self.sampling_for(session, request, len(prompt_ids))
+        return PreparedTurn(request, prompt_ids, sampling, {"render": time.perf_counter() - t0})
+
+    async def generate(self, session: Session, turn: "PreparedTurn") -> TurnOutcome:
+        session.check_open()
+        session.in_flight += 1
+        try:
+            t1 = time.perf_counter()
+            if turn.sampling.max_new_tokens <= 0:  # context budget exhausted: stop at once
+                generation = Generation([], [], "length", prompt_tokens=len(turn.prompt_ids))
+            else:
+                generation = await self.engine.generate(turn.prompt_ids, turn.sampling, session_id=session.id)
+            t2 = time.perf_counter()
+            reply, stop_sequence = self.parse(generation, turn.sampling, turn.request)
+            t3 = time.perf_counter()
+        finally:
+            session.in_flight -= 1
+        timing = {**turn.timing, "engine": t2 - t1, "parse": t3 - t2}
+        return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing)
+
+    async def run_turn(self, session: Session, request: ChatRequest) -> TurnOutcome:
+        return await self.generate(session, self.prepare(session, request))
+
+    def parse(self, generation: Generation, sampling: SamplingParams,
+              request: ChatRequest) -> tuple[ParsedReply, str | None]:
+        ids = list(generation.output_ids)
+        end = set(self.renderer.end_of_turn_ids)
+        while ids and ids[-1] in end:
+            ids.pop()
+        text = self.renderer.decode(ids)
+        stop_sequence = None
+        if generation.finish_reason == "stop":
+            stop_sequence = next((s for s in sampling.stop if s and text.endswith(s)), None)
+            if stop_sequence:
+                text = text[: -len(stop_sequence)]
+        reply = parse_completion(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
+                                 tools=request.tools)
+        return reply, stop_sequence
+
+    def commit(self, session: Session, outcome: TurnOutcome, protocol: str, total_s: float) -> TurnRecord:
+        """Record the turn; called once the reply has reached the client."""
+        g = outcome.generation
+        record = TurnRecord.build(
+            session_id=session.id, index=len(session.turns), messages=outcome.request.messages,
+            tools=outcome.request.tools, prompt_ids=outcome.prompt_ids, output_ids=g.output_ids,
+            logprobs=g.logprobs, finish_reason=g.finish_reason, reply=outcome.reply.as_message(),
+            ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
+            timing={**outcome.timing, "total": total_s},
+        )
+        session.turns.append(record)
+        return record

