@@ -1,0 +1,71 @@
+"""The real Claude Code CLI (npm @anthropic-ai/claude-code), headless, through the gateway.
+
+A scripted engine (Qwen2.5's chat template, Hermes tool calls) drives it through Bash,
+Read and Edit; the edit must land on disk and every turn must be recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gateway_fixtures import qwen25_renderer, scripted_gateway
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def claude_binary() -> str:
+    for candidate in (os.environ.get("AGENT_CODE_CLAUDE"), REPO / ".cache/node/node_modules/.bin/claude",
+                      shutil.which("claude")):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    pytest.skip("Claude Code is not installed (scripts/test.sh installs it into .cache/node)")
+
+
+def call(name: str, arguments: dict) -> dict:
+    return {"text": f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"}
+
+
+def test_claude_code_edits_a_file_through_the_gateway(tmp_path):
+    claude = claude_binary()
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "hello.py"
+    target.write_text('def greet(name):\n    return "Helo, " + name\n')
+    script = [
+        call("Bash", {"command": "ls", "description": "List files"}),
+        call("Read", {"file_path": str(target)}),
+        call("Edit", {"file_path": str(target), "old_string": "Helo", "new_string": "Hello"}),
+        {"text": "Fixed the typo in hello.py."},
+    ]
+    home = tmp_path / "home"
+    home.mkdir()
+    with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
+               "ANTHROPIC_AUTH_TOKEN": "cc-session", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}  # IS_SANDBOX: bypass mode is allowed as root
+        proc = subprocess.run([claude, "-p", "Fix the typo in hello.py", "--permission-mode", "bypassPermissions",
+                               "--output-format", "stream-json", "--verbose", "--model", "served-model"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        turns = gateway.store.get("cc-session").turns
+
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert events[-1]["type"] == "result" and events[-1]["result"] == "Fixed the typo in hello.py."
+    used = [b["name"] for e in events if e["type"] == "assistant" for b in e["message"]["content"]
+            if b["type"] == "tool_use"]
+    assert used == ["Bash", "Read", "Edit"]
+    assert target.read_text() == 'def greet(name):\n    return "Hello, " + name\n'  # the edit landed
+
+    assert len(turns) == 4
+    assert len(turns[0].tools) > 10  # Claude Code's own tool set went through the template
+    assert turns[1].messages[-1] == {"role": "tool", "content": "hello.py"}  # Bash ran `ls` for real
+    assert "Helo" in turns[2].messages[-1]["content"]  # Read's result came back
+    assert turns[3].reply == {"role": "assistant", "content": "Fixed the typo in hello.py."}
+    # the billing header Claude Code adds to its system prompt never reaches the template
+    assert "x-anthropic-billing-header" not in turns[0].messages[0]["content"]
