@@ -10,7 +10,6 @@ import contextlib
 import time
 from typing import Any, AsyncIterator
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -57,8 +56,12 @@ class AnthropicRoutes:
         except Exception as exc:
             return error_response(as_http_error(exc))
         payload = wire.response_body(outcome.reply, **self._reply_args(outcome))
-        return JSONResponse(payload, background=BackgroundTask(
-            self.gw.commit, session, outcome, "anthropic", time.perf_counter() - started))
+        if await request.is_disconnected():
+            return Response(status_code=499)
+        # recorded before the reply is written, so a client that acts on the reply (finishes
+        # the session, say) always finds the turn there
+        self.gw.commit(session, outcome, "anthropic", time.perf_counter() - started)
+        return JSONResponse(payload)
 
     def _reply_args(self, outcome: Any, message_id: str | None = None) -> dict[str, Any]:
         stop_reason, stop_sequence = wire.stop_reason_for(outcome.reply, outcome.finish_reason,
@@ -92,9 +95,11 @@ class AnthropicRoutes:
                 yield wire.sse_encode("error", wire.error_body(err.kind, err.message))
                 return
             events = wire.stream_events(outcome.reply, **self._reply_args(outcome, message_id))
-            for event, data in events[1:]:  # message_start went out first
+            for event, data in events[1:-1]:  # message_start went out first
                 yield wire.sse_encode(event, data)
+            # everything but message_stop has been written: record, then end the stream
             self.gw.commit(session, outcome, "anthropic", time.perf_counter() - started)
+            yield wire.sse_encode(*events[-1])
         finally:
             if not task.done():
                 task.cancel()

@@ -1,0 +1,136 @@
+"""A local stand-in for vLLM's OpenAI-compatible server, token in / token out, on 127.0.0.1.
+
+Speaks ``GET /v1/models`` and ``POST /v1/completions`` with a prompt of token ids, in vLLM's
+shapes: with ``logprobs: 1`` and ``return_tokens_as_token_ids: true`` the choice's
+``logprobs.tokens`` are ``"token_id:N"`` strings with ``token_logprobs``/``top_logprobs``/
+``text_offset``; ``finish_reason`` is ``"stop"``/``"length"``, ``stop_reason`` the matched stop
+string or token id (``None`` for eos); ``return_token_ids: true`` adds ``token_ids``. Unknown
+models get vLLM's 404, bad prompts a 400. Like vLLM, a client that disconnects aborts its request
+(recorded in ``disconnected``/``cancelled``). The toy model, stop handling and request log are
+those of :mod:`fakes.sglang_server`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .sglang_server import FakeModel, ThreadedASGIServer, _emit
+
+
+class FakeVLLM:
+    def __init__(self, *, model: FakeModel | None = None, served_model: str = "fake/vllm-model",
+                 token_delay: float = 0.0, max_model_len: int = 4096, include_token_ids: bool = False):
+        self.model = model or FakeModel()
+        self.served_model = served_model
+        self.token_delay = token_delay
+        self.max_model_len = max_model_len
+        self.include_token_ids = include_token_ids
+        self.requests: list[dict[str, Any]] = []
+        self.cancelled: list[str] = []
+        self.disconnected: list[str] = []
+        self.running: set[str] = set()
+        self._n = 0
+        app = Starlette(routes=[
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/health", self._health, methods=["GET"]),
+        ])
+        self._server = ThreadedASGIServer(app)
+        self.url = self._server.url
+
+    def __enter__(self) -> "FakeVLLM":
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop()
+
+    async def _health(self, request: Request) -> JSONResponse:
+        return JSONResponse({})
+
+    async def _models(self, request: Request) -> JSONResponse:
+        self.requests.append({"path": request.url.path, "body": None,
+                              "headers": {k.lower(): v for k, v in request.headers.items()}})
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.served_model, "object": "model", "created": 0, "owned_by": "vllm",
+             "max_model_len": self.max_model_len}]})
+
+    async def _completions(self, request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "BadRequestError", "invalid JSON body")
+        self.requests.append({"path": request.url.path, "body": body,
+                              "headers": {k.lower(): v for k, v in request.headers.items()}})
+        if body.get("model") not in (None, self.served_model):
+            return _error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(i, int) for i in prompt):
+            return _error(400, "BadRequestError", "this fake takes the prompt as a list of token ids")
+        max_tokens = body.get("max_tokens") or 16
+        if len(prompt) + max_tokens > self.max_model_len:
+            return _error(400, "BadRequestError",
+                          f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                          f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the messages, "
+                          f"{max_tokens} in the completion). Please reduce the length of the messages or completion.")
+        self._n += 1
+        request_id = f"cmpl-{self._n}"
+        self.running.add(request_id)
+
+        async def should_stop() -> str | None:
+            if await request.is_disconnected():
+                self.disconnected.append(request_id)
+                return "client disconnected"
+            return None
+
+        try:
+            result = await _emit(self.model, prompt, max_tokens, list(body.get("stop") or []),
+                                 set(body.get("stop_token_ids") or []), bool(body.get("ignore_eos")),
+                                 self.token_delay, should_stop)
+        finally:
+            self.running.discard(request_id)
+        ids, finish = result["ids"], result["finish"]
+        if finish["type"] == "abort":
+            self.cancelled.append(request_id)
+            finish_reason, stop_reason = "abort", None
+        elif finish["type"] == "stop":
+            matched = finish.get("matched")
+            finish_reason, stop_reason = "stop", (None if matched == self.model.eos_id else matched)
+        else:
+            finish_reason, stop_reason = "length", None
+        text = self.model.decode(ids)
+        if isinstance(stop_reason, str) and not body.get("include_stop_str_in_output"):
+            text = text[:text.find(stop_reason)]
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish_reason,
+                                  "stop_reason": stop_reason, "prompt_logprobs": None}
+        if body.get("logprobs") is not None:
+            as_ids = bool(body.get("return_tokens_as_token_ids"))
+            tokens = [f"token_id:{t}" if as_ids else self.model.decode([t]) for t in ids]
+            lps = [self.model.logprob(k, t) for k, t in enumerate(ids)]
+            offsets, pos = [], 0
+            for t in ids:
+                offsets.append(pos)
+                pos += len(self.model.decode([t]))
+            choice["logprobs"] = {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
+                                  "top_logprobs": [{tok: lp} for tok, lp in zip(tokens, lps)]}
+        else:
+            choice["logprobs"] = None
+        if self.include_token_ids or body.get("return_token_ids"):
+            choice["token_ids"] = ids
+        return JSONResponse({
+            "id": request_id, "object": "text_completion", "created": int(time.time()),
+            "model": self.served_model, "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                      "total_tokens": len(prompt) + len(ids), "prompt_tokens_details": None},
+        })
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                        status_code=status)
