@@ -32,6 +32,7 @@ class OutputFormat(str, Enum):
 
 class ProviderName(str, Enum):
     anthropic = "anthropic"
+    local = "local"
     mock = "mock"
     scripted = "scripted"
 
@@ -52,6 +53,10 @@ def run(
                                     help="Headless: print only the final answer (reads the prompt from stdin if none)."),
     cwd: Path = typer.Option(Path("."), "--cwd", "-C", help="Project directory; file tools cannot leave it."),
     provider: ProviderName = typer.Option(ProviderName.anthropic, "--provider", help="Model provider."),
+    local: bool = typer.Option(False, "--local",
+                               help="Same as --provider local: start the gateway in process on a local engine."),
+    engine: Optional[str] = typer.Option(None, "--engine",
+                                         help="Engine for --local (default: llamacpp, the embedded model)."),
     model: str = typer.Option("deepseek-v4-flash", "--model", help="Model name sent to the endpoint."),
     base_url: Optional[str] = typer.Option(None, "--base-url",
                                            help="Anthropic-compatible endpoint [env: ANTHROPIC_BASE_URL]."),
@@ -90,10 +95,15 @@ def run(
         prompt = sys.stdin.read().rstrip("\n")
     if prompt is not None and not prompt.strip():
         fail("the prompt is empty", code=2)
+    if local or engine:
+        provider = ProviderName.local
     try:
-        llm = create_provider(provider.value, model, base_url=base_url, script=script, max_tokens=max_tokens)
+        llm = create_provider(provider.value, model, base_url=base_url, script=script, max_tokens=max_tokens,
+                              engine=engine)
     except ProviderError as exc:
         fail(str(exc))
+    except Exception as exc:  # a local engine that cannot start (model missing, ...)
+        fail(f"{provider.value} provider: {exc}")
     tools = default_tools()
     renderer.header({"cwd": str(root), "provider": llm.name, "model": llm.model,
                      "base_url": getattr(llm, "base_url", None), "tools": [t.name for t in tools.list()],

@@ -1,0 +1,49 @@
+"""Engines: prompt token ids in, sampled token ids + logprobs out (see :mod:`.base`).
+
+``create_engine(spec, renderer)`` builds one from a spec string:
+
+=====================  =========================================================
+``scripted:PATH``      replies from a JSONL script (:mod:`.scripted`)
+``llamacpp``           llama.cpp in process on the default model (:mod:`.llamacpp`)
+``llamacpp:PATH.gguf`` llama.cpp in process on that GGUF
+``sglang:URL``         an SGLang server's native ``/generate`` (:mod:`.sglang`)
+``vllm:URL``           a vLLM server's ``/v1/completions`` (:mod:`.vllm`)
+``hf:MODEL``           transformers + torch in process (:mod:`.hf`), hub id or directory
+=====================  =========================================================
+
+Each engine module is imported only when its spec is used, so optional dependencies
+(xllamacpp, torch) are needed only by those who use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_code.engines.base import Engine, EngineError, Generation
+
+__all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
+
+ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "sglang:URL", "vllm:URL", "hf:MODEL")
+
+
+def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
+    """An engine for ``spec`` (see the module doc); ``options`` go to its constructor."""
+    kind, _, arg = spec.partition(":")
+    kind = kind.strip().lower()
+    arg = arg.strip()
+    if kind == "scripted" and arg:
+        from agent_code.engines.scripted import ScriptedEngine
+        return ScriptedEngine(arg, renderer, **options)
+    if kind == "llamacpp":
+        from agent_code.engines.llamacpp import LlamaCppEngine
+        return LlamaCppEngine(arg or None, **options)
+    if kind == "sglang" and arg:
+        from agent_code.engines.sglang import SGLangEngine
+        return SGLangEngine(arg, **options)
+    if kind == "vllm" and arg:
+        from agent_code.engines.vllm import VLLMEngine
+        return VLLMEngine(arg, **options)
+    if kind == "hf" and arg:
+        from agent_code.engines.hf import HFEngine
+        return HFEngine(arg, renderer=renderer, **options)
+    raise ValueError(f"unknown engine spec {spec!r}; expected one of: {', '.join(ENGINE_SPECS)}")

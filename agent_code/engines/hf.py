@@ -48,6 +48,8 @@ class HFEngine:
         self.aborted = 0  # generations stopped by cancellation
         self._model: Any = None
         self._torch: Any = None
+        self._cache_kw = "past_key_values"
+        self._keep_kw: str | None = None
         self._load_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._inflight: set[threading.Event] = set()
@@ -73,6 +75,11 @@ class HFEngine:
                 model.eval()
             except Exception as exc:
                 raise EngineError(f"cannot load the model {self.model_id!r}: {type(exc).__name__}: {exc}") from exc
+            import inspect
+            params = inspect.signature(model.forward).parameters
+            # transformers >= 5.2x names the KV cache argument ``cache``; older ones ``past_key_values``
+            self._cache_kw = "cache" if "cache" in params else "past_key_values"
+            self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
             self._torch = torch
             self.eos_ids = self._eos_override if self._eos_override is not None else self._model_eos(model)
             self._model = model
@@ -132,8 +139,7 @@ class HFEngine:
                     self.aborted += 1
                     return {"ids": [], "logprobs": [], "finish": "abort"}
                 chunk = torch.tensor([prompt_ids[start:start + self.prefill_chunk]], device=self.device)
-                out = model(input_ids=chunk, past_key_values=past, use_cache=True)
-                past, logits = out.past_key_values, out.logits[0, -1]
+                past, logits = self._forward(model, chunk, past, last_only=True)
             for _ in range(int(sampling.max_new_tokens)):
                 if cancel.is_set():
                     self.aborted += 1
@@ -152,10 +158,18 @@ class HFEngine:
                     if stop is not None:
                         finish = "stop"
                         break
-                out = model(input_ids=torch.tensor([[token]], device=self.device), past_key_values=past,
-                            use_cache=True)
-                past, logits = out.past_key_values, out.logits[0, -1]
+                past, logits = self._forward(model, torch.tensor([[token]], device=self.device), past)
         return {"ids": ids, "logprobs": logprobs, "finish": finish, "stop": stop}
+
+    def _forward(self, model: Any, input_ids: Any, cache: Any, last_only: bool = False) -> tuple[Any, Any]:
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "use_cache": True}
+        if cache is not None:
+            kwargs[self._cache_kw] = cache
+        if last_only and self._keep_kw:
+            kwargs[self._keep_kw] = 1  # full-vocabulary logits for the last position only
+        out = model(**kwargs)
+        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        return cache, out.logits[0, -1]
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
                        session_id: str | None = None) -> Generation:

@@ -5,7 +5,7 @@ How it is driven (xllamacpp 2026.x):
 * load — ``params = xllamacpp.CommonParams()``; ``params.model.path``, ``n_ctx``, ``n_batch``,
   ``n_parallel``, ``cpuparams[_batch].n_threads``, ``verbosity = -1`` (silent),
   ``warmup = False``; ``server = xllamacpp.Server(params)``. Construction blocks until the model
-  is loaded (~1.3 s for the default 0.5B Q4_K_M on 2 cores) and starts llama.cpp's own server
+  is loaded (1.4-2 s for the default 0.5B Q4_K_M on 2 cores) and starts llama.cpp's own server
   loop (continuous batching, prompt cache) plus an HTTP listener on 127.0.0.1 that we do not use
   (it gets a random API key so nothing else on the host can use it).
 * generate — ``server.handle_completions(body, callback)``, llama.cpp's OpenAI-compatible
@@ -31,14 +31,17 @@ Semantics:
 Cancellation: the blocking call runs in a worker thread; the stream callback returns ``True``
 when the awaiting task is cancelled, which makes xllamacpp drop the response, and llama.cpp
 cancels the task and frees the slot. The callback runs once per sampled token and, thanks to
-``return_progress``, once per prompt batch (``n_batch`` tokens, ~3 s of prefill on 2 cores
-at 512), so cancellation lands within one token or one prompt batch. A request still queued
+``return_progress``, once per prompt batch (``n_batch`` tokens: 256 by default, ~2 s of
+prefill on 2 cores). llama.cpp handles the cancel between batches, so the slot is free within
+about two prompt batches, or one token when generating. A request still queued
 behind others (all ``n_parallel`` slots busy) gets no callback until it starts, so it is
 cancelled when it starts. ``generate`` waits for that (at most ``cancel_timeout`` s) before
 re-raising ``CancelledError``; a result that arrives later is discarded.
 
-Measured (2 cores, x86-64 prebuilt CPU wheel, default model, n_ctx 4096, 2 threads): load
-1.3 s; prefill ~150-170 tok/s; generation ~38 tok/s; ~680 MB resident.
+Measured (2 cores, x86-64 prebuilt CPU wheel, default Qwen2.5-Coder-0.5B Q4_K_M, 2 threads):
+load 1.4 s at n_ctx 4096, 2.0 s at the default 32768; prefill ~100-160 tok/s; generation
+~31-38 tok/s (``n_probs: 1`` and streaming cost nothing measurable); resident memory ~650 MB
+at n_ctx 4096, ~980 MB at 32768 (the process, tokenizer excluded).
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ class LlamaCppEngine:
     name = "llamacpp"
 
     def __init__(self, model_path: str | os.PathLike | None = None, *, n_ctx: int = 32768,
-                 n_threads: int | None = None, n_parallel: int = 1, n_batch: int = 512,
+                 n_threads: int | None = None, n_parallel: int = 1, n_batch: int = 256,
                  n_gpu_layers: int | None = None, cache_ram_mib: int | None = None,
                  cancel_timeout: float = 60.0, verbose: bool = False):
         self._model_path = Path(model_path) if model_path is not None else None

@@ -161,12 +161,17 @@ def _stop_cut(renderer: Any, ids: list[int], stops: Sequence[str]) -> tuple[int,
     stops = [s for s in stops or () if s]
     if not stops:
         return None
-    text = renderer.decode(ids)
-    if not any(s in text for s in stops):
+    def hit(end: int) -> str | None:
+        text = renderer.decode(ids[:end])
+        return min((s for s in stops if s in text), key=text.find, default=None)
+
+    if hit(len(ids)) is None:
         return None
-    for end in range(1, len(ids) + 1):
-        prefix = renderer.decode(ids[:end])
-        for stop in stops:
-            if stop in prefix:
-                return end, stop
-    return None
+    low, high = 1, len(ids)  # "the first `end` tokens contain a stop string" only turns true once
+    while low < high:
+        mid = (low + high) // 2
+        if hit(mid) is None:
+            low = mid + 1
+        else:
+            high = mid
+    return low, hit(low)

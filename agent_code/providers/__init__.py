@@ -7,15 +7,20 @@ from pathlib import Path
 
 from agent_code.providers.base import ModelProvider, ProviderError
 
-PROVIDERS = ("anthropic", "mock", "scripted")
+PROVIDERS = ("anthropic", "local", "mock", "scripted")
 
 
 def create_provider(name: str, model: str, base_url: str | None = None,
-                    script: str | Path | None = None, max_tokens: int | None = None) -> ModelProvider:
+                    script: str | Path | None = None, max_tokens: int | None = None,
+                    engine: str | None = None) -> ModelProvider:
     if name == "anthropic":
         from agent_code.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 
         return AnthropicProvider(model=model, base_url=base_url, max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
+    if name == "local":
+        from agent_code.providers.local import DEFAULT_ENGINE, LocalProvider
+
+        return LocalProvider(engine=engine or DEFAULT_ENGINE, max_tokens=max_tokens)
     if name == "mock":
         from agent_code.providers.mock import MockProvider
 

@@ -50,8 +50,13 @@ class AnthropicProvider:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         timeout: float = 600.0,
         max_retries: int = 2,
+        auth_token: str | None = None,
     ) -> None:
-        auth_token, api_key = _credentials()
+        """``auth_token`` overrides the environment (``--local`` passes its session id)."""
+        env_token, api_key = _credentials()
+        if auth_token:
+            api_key = None
+        auth_token = auth_token or env_token
         if not (auth_token or api_key):
             raise ProviderError(
                 "no API key: set ANTHROPIC_AUTH_TOKEN or ANTHROPIC_API_KEY "

@@ -118,7 +118,7 @@ class FakeVLLM:
                 offsets.append(pos)
                 pos += len(self.model.decode([t]))
             choice["logprobs"] = {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
-                                  "top_logprobs": [{tok: lp} for tok, lp in zip(tokens, lps)]}
+                                  "top_logprobs": [{tok: lp} for tok, lp in zip(tokens, lps, strict=True)]}
         else:
             choice["logprobs"] = None
         if self.include_token_ids or body.get("return_token_ids"):
