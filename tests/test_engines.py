@@ -371,7 +371,9 @@ def test_llamacpp_cancellation_frees_the_slot(llama, qwen25):
         return gen, time.perf_counter() - start
 
     gen, took = run(after())
-    assert gen.output_ids and took < 5  # the slot was not still busy counting
+    # had the cancelled request kept its slot, this would wait for ~1000 tokens (> 30 s here);
+    # the bound is loose because CI machines may be loaded
+    assert gen.output_ids and took < 20
 
 
 def test_llamacpp_missing_model_is_an_engine_error(tmp_path):
