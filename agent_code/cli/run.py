@@ -70,7 +70,7 @@ def run(
 ) -> None:
     """agent-code: a coding agent on any Anthropic-compatible model.
 
-    Sub-commands: none yet (later: serve, rollout).
+    Sub-commands: serve (the rollout gateway; see agent-code serve --help).
     """
     from agent_code.agent.loop import Agent
     from agent_code.agent.prompt import system_prompt
