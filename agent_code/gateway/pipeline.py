@@ -18,6 +18,7 @@ from agent_code.engines.base import Engine, Generation
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
+from agent_code.trajectory.history import POLICIES, PromptPlan, plan_prompt
 from agent_code.trajectory.records import TurnRecord
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
@@ -33,6 +34,7 @@ class PreparedTurn:
     prompt_ids: list[int]
     sampling: SamplingParams
     timing: dict[str, float]
+    plan: PromptPlan | None = None
 
 
 @dataclass
@@ -43,6 +45,7 @@ class TurnOutcome:
     reply: ParsedReply
     stop_sequence: str | None
     timing: dict[str, float] = field(default_factory=dict)
+    plan: PromptPlan | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -52,7 +55,12 @@ class TurnOutcome:
 class Gateway:
     def __init__(self, engine: Engine, renderer: Any, *, model_name: str = "agent-code-local",
                  tool_parser: str | None = None, reasoning_parser: str | None = None,
-                 store: SessionStore | None = None, default_max_tokens: int = 4096) -> None:
+                 store: SessionStore | None = None, default_max_tokens: int = 4096,
+                 history_policy: str = "tokens", turn_log: Any = None) -> None:
+        if history_policy not in POLICIES:
+            raise ValueError(f"unknown history policy '{history_policy}' (choose from {', '.join(POLICIES)})")
+        self.history_policy = history_policy
+        self.turn_log = turn_log  # optional: appends each recorded turn durably (trajectory.store.TurnLog)
         self.engine = engine
         self.renderer = renderer
         self.model_name = model_name
@@ -70,6 +78,14 @@ class Gateway:
         except Exception as exc:  # jinja raise_exception, bad roles, ...
             raise RenderError(f"the chat template rejected the conversation: {exc}") from None
 
+    def plan(self, session: Session, request: ChatRequest) -> PromptPlan:
+        """The prompt ids, reusing the session's held tokens where the history allows."""
+        try:
+            return plan_prompt(self.renderer, session.turns, session.history, request.messages, request.tools,
+                               self.history_policy)
+        except Exception as exc:
+            raise RenderError(f"the chat template rejected the conversation: {exc}") from None
+
     def sampling_for(self, session: Session, request: ChatRequest, prompt_len: int) -> SamplingParams:
         """The request's sampling, overridden by the session's (the trainer decides), then
         clamped to the session's context budget."""
@@ -84,9 +100,9 @@ class Gateway:
         """Check the session, render the prompt and settle the sampling (no engine call)."""
         session.check_open()
         t0 = time.perf_counter()
-        prompt_ids = self.render(request)
-        sampling = self.sampling_for(session, request, len(prompt_ids))
-        return PreparedTurn(request, prompt_ids, sampling, {"render": time.perf_counter() - t0})
+        plan = self.plan(session, request)
+        sampling = self.sampling_for(session, request, len(plan.prompt_ids))
+        return PreparedTurn(request, plan.prompt_ids, sampling, {"render": time.perf_counter() - t0}, plan)
 
     async def generate(self, session: Session, turn: "PreparedTurn") -> TurnOutcome:
         session.check_open()
@@ -103,7 +119,7 @@ class Gateway:
         finally:
             session.in_flight -= 1
         timing = {**turn.timing, "engine": t2 - t1, "parse": t3 - t2}
-        return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing)
+        return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing, turn.plan)
 
     async def run_turn(self, session: Session, request: ChatRequest) -> TurnOutcome:
         return await self.generate(session, self.prepare(session, request))
@@ -134,5 +150,12 @@ class Gateway:
             ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
             timing={**outcome.timing, "total": total_s},
         )
+        plan = outcome.plan
+        if plan is not None:
+            record.parent, record.policy, record.prefix_reused = plan.parent, plan.policy, plan.prefix_reused
+            record.drift, record.branch_hint = list(plan.drift), plan.branch_hint
         session.turns.append(record)
+        session.history.add(record)
+        if self.turn_log is not None:
+            self.turn_log.append(record)
         return record

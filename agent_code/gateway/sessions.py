@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_code.trajectory.history import SessionHistory
 from agent_code.trajectory.records import TurnRecord
 
 
@@ -29,6 +30,7 @@ class Session:
     max_context_tokens: int | None = None
     max_turns: int | None = None
     turns: list[TurnRecord] = field(default_factory=list)
+    history: SessionHistory = field(default_factory=SessionHistory, repr=False)
     closed: bool = False
     created_at: float = field(default_factory=time.time)
     in_flight: int = 0

@@ -27,6 +27,12 @@ class TurnRecord:
     protocol: str = "anthropic"
     started_at: float = field(default_factory=time.time)
     timing: dict[str, float] = field(default_factory=dict)   # seconds: render, engine, parse, total
+    # how the prompt came about (see trajectory/history.py)
+    parent: int | None = None        # index of the turn whose prompt+output this prompt extends
+    policy: str = "tokens"           # "tokens" (held ids reused) or "template" (full re-render)
+    prefix_reused: int = 0           # prompt ids taken verbatim from the parent's held sequence
+    drift: list[dict[str, Any]] = field(default_factory=list)  # {"kind", "cause", "masked"} events
+    branch_hint: str | None = None   # why a new root started: "sub-agent", "compaction", "retry"
 
     @classmethod
     def build(cls, *, prompt_ids: Sequence[int], output_ids: Sequence[int], logprobs: Sequence[float],
@@ -42,4 +48,11 @@ class TurnRecord:
             "logprobs": self.logprobs.tolist(), "finish_reason": self.finish_reason,
             "reply": self.reply, "ill_formed": self.ill_formed,
             "started_at": self.started_at, "timing": self.timing,
+            "parent": self.parent, "policy": self.policy, "prefix_reused": self.prefix_reused,
+            "drift": self.drift, "branch_hint": self.branch_hint,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TurnRecord":
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls.build(**fields)

@@ -1,0 +1,171 @@
+"""How a turn's prompt is built from the session's history: by tokens, or by template.
+
+Agent CLIs resend the whole conversation as strings every turn. Re-rendering and
+re-tokenizing it (the ``template`` policy, the known design) costs time proportional to
+the history and can silently change tokens the model sampled (templates that strip
+earlier reasoning, tokenizers that merge across a boundary differently).
+
+The ``tokens`` policy (default) avoids both. Every recorded turn is indexed by its
+canonical conversation (prompt messages + the parsed reply, under the same tools).
+When a request's history contains such a conversation as a prefix, the prompt is
+
+    parent.prompt_ids + parent.output_ids   (held: exactly what was rendered and sampled)
+    + ids of the new suffix                 (tool results, new user text, generation prompt)
+
+and only the suffix is rendered and tokenized. The suffix text comes from the chat
+template itself: the template renders a stand-in of the held reply (a marker as its
+content, the same tool calls) followed by the new messages, and everything after the
+stand-in's end-of-turn token is the suffix. So the template still decides every token
+it owns, the held ids are never re-tokenized, and the next prompt extends the held
+sequence exactly: zero drift by construction.
+
+Under ``template`` the full conversation is rendered; the prompt is then compared with
+the held sequences: a clean extension, a divergence inside the last response
+(``realigned``: those sampled tokens are masked out of training), or no common
+prefix at all (``fork``: a new sample starts). Each case is logged as a drift event.
+
+A request that matches nothing starts a new root; ``branch_hint`` says why it may have
+(a different system prompt: a sub-agent; the same one: a compaction or a restart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from agent_code.trajectory.records import TurnRecord
+
+POLICIES = ("tokens", "template")
+HELD_MARKER = "\u27e6agent-code:held-reply\u27e7"
+_SUFFIX_PROBE_USER = {"role": "user", "content": "."}
+
+
+class SuffixRenderError(ValueError):
+    """The template's output could not be split at the held reply (fallback: full render)."""
+
+
+def _digest(previous: bytes, item: Any) -> bytes:
+    blob = json.dumps(item, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(previous + blob.encode("utf-8", "surrogatepass")).digest()
+
+
+def prefix_keys(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
+    """``keys[j]`` identifies ``messages[:j + 1]`` under ``tools``."""
+    key = _digest(b"tools", tools or [])
+    keys = []
+    for message in messages:
+        key = _digest(key, message)
+        keys.append(key)
+    return keys
+
+
+def conversation_key(turn: TurnRecord) -> bytes:
+    return prefix_keys([*turn.messages, turn.reply], turn.tools)[-1]
+
+
+def _system_of(messages: Sequence[dict[str, Any]]) -> str | None:
+    return messages[0].get("content") if messages and messages[0].get("role") == "system" else None
+
+
+@dataclass
+class PromptPlan:
+    prompt_ids: list[int]
+    parent: int | None = None
+    prefix_reused: int = 0
+    policy: str = "tokens"
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    branch_hint: str | None = None
+
+
+class SessionHistory:
+    """The per-session index from canonical conversations to the turns that produced them."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[bytes, int] = {}
+
+    def add(self, turn: TurnRecord) -> None:
+        self.by_key[conversation_key(turn)] = turn.index
+
+    def find_parent(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[int, int] | None:
+        """(turn index, number of messages it covers) for the longest held prefix."""
+        keys = prefix_keys(messages, tools)
+        for j in range(len(messages) - 1, 0, -1):  # a held prefix always ends with an assistant reply
+            if messages[j - 1].get("role") == "assistant" and keys[j - 1] in self.by_key:
+                return self.by_key[keys[j - 1]], j
+        return None
+
+
+def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
+                  held_ends_with_eot: bool) -> list[int]:
+    """Ids the template puts after a held reply: the new messages and the generation prompt."""
+    stand_in = {"role": "assistant", "content": HELD_MARKER}
+    if held_reply.get("tool_calls"):
+        stand_in["tool_calls"] = held_reply["tool_calls"]
+    text = renderer.render_text([_SUFFIX_PROBE_USER, stand_in, *suffix], tools)
+    at = text.find(HELD_MARKER)
+    eot = renderer.end_of_turn_text
+    end = text.find(eot, at) if at >= 0 and eot else -1
+    if end < 0:
+        raise SuffixRenderError("the template's rendering has no end of turn after the held reply")
+    tail = text[end + len(eot):]
+    return renderer.encode(tail if held_ends_with_eot else eot + tail)
+
+
+def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
+                messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan:
+    if policy == "tokens":
+        found = history.find_parent(messages, tools)
+        if found is not None:
+            parent = turns[found[0]]
+            held = [*parent.prompt_ids, *parent.output_ids]
+            ends_with_eot = bool(parent.output_ids) and parent.output_ids[-1] in set(renderer.end_of_turn_ids)
+            try:
+                suffix = render_suffix(renderer, parent.reply, messages[found[1]:], tools, ends_with_eot)
+            except SuffixRenderError as exc:
+                plan = _template_plan(renderer, turns, messages, tools)
+                plan.drift.append({"kind": "fallback", "cause": str(exc), "masked": 0})
+                return plan
+            return PromptPlan(held + suffix, parent=parent.index, prefix_reused=len(held))
+        plan = PromptPlan(list(renderer.render(messages, tools)))
+        plan.branch_hint = _root_hint(turns, messages)
+        return plan
+    if policy == "template":
+        return _template_plan(renderer, turns, messages, tools)
+    raise ValueError(f"unknown history policy '{policy}' (choose from {', '.join(POLICIES)})")
+
+
+def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]]) -> str | None:
+    roots = [t for t in turns if t.parent is None]
+    if not roots:
+        return None
+    if any(t.messages == messages for t in roots):
+        return "retry"
+    return "sub-agent" if _system_of(messages) != _system_of(roots[0].messages) else "compaction"
+
+
+def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[dict[str, Any]],
+                   tools: Any) -> PromptPlan:
+    """Full re-render, then classify how it relates to what the session already holds."""
+    ids = list(renderer.render(messages, tools))
+    plan = PromptPlan(ids, policy="template")
+    best: TurnRecord | None = None
+    for turn in turns:  # the longest held prompt that this prompt starts with
+        n = len(turn.prompt_ids)
+        if n <= len(ids) and (best is None or n > len(best.prompt_ids)) and ids[:n] == turn.prompt_ids.tolist():
+            best = turn
+    if best is None:
+        if turns:
+            plan.drift.append({"kind": "fork", "cause": "no held prompt is a prefix of this one", "masked": 0})
+            plan.branch_hint = _root_hint(turns, messages)
+        return plan
+    start, out = len(best.prompt_ids), best.output_ids.tolist()
+    region = ids[start:start + len(out)]
+    agree = next((i for i, (a, b) in enumerate(zip(region, out)) if a != b), min(len(region), len(out)))
+    plan.parent, plan.prefix_reused = best.index, start + agree
+    if agree < len(out):
+        plan.drift.append({"kind": "realigned", "turn": best.index, "masked": len(out) - agree,
+                           "cause": f"the template re-rendered turn {best.index}'s output differently "
+                                    f"from token {agree} of {len(out)}"})
+    return plan
