@@ -16,6 +16,7 @@ from agent_code import __version__
 # name -> "module:function"; each takes the remaining argv
 SUBCOMMANDS: dict[str, str] = {
     "serve": "agent_code.cli.serve:main",
+    "inspect": "agent_code.cli.inspect:main",
 }
 
 

@@ -26,6 +26,13 @@ def serve(
     max_context: Optional[int] = typer.Option(None, "--max-context", min=1,
                                               help="Context budget per session, in tokens."),
     max_body_mb: float = typer.Option(32.0, "--max-body-mb", help="Largest accepted request body."),
+    history_policy: str = typer.Option("tokens", "--history-policy",
+                                       help="tokens: reuse the ids sampled earlier (default); template: re-render."),
+    trajectory_dir: Optional[str] = typer.Option(None, "--trajectory-dir",
+                                                 help="Append every turn to DIR/sessions/*.turns.jsonl as it "
+                                                      "completes; finished sessions go to DIR/samples.*"),
+    reward_policy: str = typer.Option("full", "--reward-policy",
+                                      help="How a session's reward spreads over its samples: full or split."),
 ) -> None:
     """Serve the Anthropic Messages API in front of a local engine, recording every turn."""
     import sys
@@ -38,7 +45,8 @@ def serve(
     try:
         gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
-                                max_context_tokens=max_context)
+                                max_context_tokens=max_context, history_policy=history_policy,
+                                trajectory_dir=trajectory_dir, reward_policy=reward_policy)
     except Exception as exc:
         print(f"agent-code serve: error: {exc}", file=sys.stderr)
         raise typer.Exit(1)

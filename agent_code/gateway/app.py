@@ -70,6 +70,34 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         except Exception as exc:
             return error_response(as_http_error(exc))
 
+    async def finish_session(request: Request) -> Response:
+        try:
+            body = await read_json(request, max_body_bytes)
+            if not isinstance(body, dict):
+                raise HttpError(400, "invalid_request_error", "expected a JSON object")
+            unknown = set(body) - {"reward", "metadata", "rollout_id"}
+            if unknown:
+                raise HttpError(400, "invalid_request_error", f"unknown field(s): {', '.join(sorted(unknown))}")
+            reward = body.get("reward")
+            if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+                raise HttpError(400, "invalid_request_error", "'reward' must be a number or null")
+            if not isinstance(body.get("metadata", {}), dict):
+                raise HttpError(400, "invalid_request_error", "'metadata' must be an object")
+            if not isinstance(body.get("rollout_id", ""), str):
+                raise HttpError(400, "invalid_request_error", "'rollout_id' must be a string")
+            sid = request.path_params["sid"]
+            samples = gateway.finish_session(sid, reward, body.get("metadata"), body.get("rollout_id"))
+            return JSONResponse({"session_id": sid, "samples": [s.to_dict() for s in samples]})
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
+    async def delete_session(request: Request) -> Response:
+        try:
+            session = gateway.store.drop(request.path_params["sid"])
+            return JSONResponse({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
     async def http_error(request: Request, exc: Any) -> Response:
         status = getattr(exc, "status_code", 500)
         kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "api_error")
@@ -83,6 +111,8 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", open_session, methods=["POST"]),
         Route("/v1/sessions/{sid}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{sid}", delete_session, methods=["DELETE"]),
+        Route("/v1/sessions/{sid}/finish", finish_session, methods=["POST"]),
         Route("/v1/sessions/{sid}/turns", get_turns, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, 500: http_error})

@@ -16,16 +16,24 @@ from agent_code.gateway.sessions import SessionStore
 
 def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name: str | None = None,
                   tool_parser: str | None = None, reasoning_parser: str | None = None,
-                  max_turns: int | None = None, max_context_tokens: int | None = None) -> Gateway:
+                  max_turns: int | None = None, max_context_tokens: int | None = None,
+                  history_policy: str = "tokens", trajectory_dir: str | None = None,
+                  reward_policy: str = "full") -> Gateway:
     from agent_code.engines import create_engine
     from agent_code.render.template import load_renderer
 
     if tokenizer is None and engine_spec.startswith("llamacpp:"):
         tokenizer = engine_spec.split(":", 1)[1]  # the GGUF carries its tokenizer and template
     renderer = load_renderer(tokenizer)
+    from agent_code.trajectory.samples import REWARD_POLICIES
+    from agent_code.trajectory.store import TurnLog
+
+    if reward_policy not in REWARD_POLICIES:
+        raise ValueError(f"unknown reward policy '{reward_policy}' (choose from {', '.join(REWARD_POLICIES)})")
     engine = create_engine(engine_spec, renderer)
     return Gateway(engine, renderer, model_name=model_name or "agent-code-local", tool_parser=tool_parser,
-                   reasoning_parser=reasoning_parser,
+                   reasoning_parser=reasoning_parser, history_policy=history_policy,
+                   turn_log=TurnLog(trajectory_dir) if trajectory_dir else None, reward_policy=reward_policy,
                    store=SessionStore(default_max_turns=max_turns, default_max_context=max_context_tokens))
 
 

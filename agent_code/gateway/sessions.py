@@ -76,5 +76,14 @@ class SessionStore:
 
     def close(self, session_id: str) -> Session:
         session = self.get(session_id)
+        if session.closed:
+            raise SessionError(409, "invalid_request_error", f"session '{session_id}' is already finished")
         session.closed = True
+        return session
+
+    def drop(self, session_id: str) -> Session:
+        """Forget a session and its turns (a rollout that is thrown away)."""
+        session = self.get(session_id)
+        session.closed = True
+        del self.sessions[session_id]
         return session

@@ -1,0 +1,237 @@
+"""Durable turn logs and sample export.
+
+Layout under one directory ``DIR``::
+
+    DIR/sessions/<safe id>.turns.jsonl   one TurnRecord.to_dict() per line, fsynced per turn
+    DIR/samples.jsonl                    every exported Sample, appended (one per line)
+    DIR/samples/<safe id>.parquet        one file per session: that session's samples
+
+Parquet choice: one file per session, written atomically (temp file + rename) when the
+session is exported, rather than a single ``samples.parquet`` rewritten from the jsonl on every
+export (quadratic over a long run). All per-session files share one schema, so the whole set
+reads as one table: ``pyarrow.parquet.read_table("DIR/samples")`` or :func:`read_samples` on
+the directory. Exporting a session again replaces its parquet file (the jsonl keeps both).
+
+After a crash, :func:`recover` rebuilds samples from the turn logs: a process killed mid-write
+leaves at most a torn last line, which is skipped; every finished turn was fsynced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from agent_code.trajectory.records import TurnRecord
+from agent_code.trajectory.samples import Sample, build_samples
+
+__all__ = ["TurnLog", "safe_name", "write_samples", "read_samples", "recover", "read_turn_log",
+           "SAMPLES_JSONL", "SAMPLES_DIR", "SESSIONS_DIR"]
+
+log = logging.getLogger(__name__)
+
+SESSIONS_DIR = "sessions"
+SAMPLES_JSONL = "samples.jsonl"
+SAMPLES_DIR = "samples"
+TURNS_SUFFIX = ".turns.jsonl"
+
+
+def safe_name(session_id: str) -> str:
+    """A file-name stem for any session id: sanitized, capped, plus a short hash of the id (so
+    two ids that sanitize alike never share a file)."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", session_id).strip("_")[:64] or "session"
+    return f"{stem}-{hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return                      # not supported here (e.g. Windows)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _append_lines(path: Path, lines: Iterable[str]) -> None:
+    """Append complete lines, flushed and fsynced (a new file's directory entry too). A torn
+    last line left by a crash is ended first, so it stays one unreadable line on its own."""
+    new = not path.exists()
+    with open(path, "a+b") as fh:
+        data = b"".join((line + "\n").encode("utf-8") for line in lines)
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                data = b"\n" + data    # a torn line from a crash: never glue a record onto it
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if new:
+        _fsync_dir(path.parent)
+
+
+class TurnLog:
+    """Append-only per-session turn logs under ``DIR/sessions``; safe to share between threads."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+        self.sessions_dir = self.directory / SESSIONS_DIR
+        self._lock = threading.Lock()
+
+    def path_for(self, session_id: str) -> Path:
+        return self.sessions_dir / (safe_name(session_id) + TURNS_SUFFIX)
+
+    def append(self, record: TurnRecord) -> Path:
+        """Write one turn as one JSON line, flushed and fsynced before returning."""
+        line = json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        path = self.path_for(record.session_id)
+        with self._lock:
+            if not self.sessions_dir.is_dir():
+                self.sessions_dir.mkdir(parents=True, exist_ok=True)
+                _fsync_dir(self.directory)
+            _append_lines(path, [line])
+        return path
+
+    def read(self, session_id: str) -> list[TurnRecord]:
+        return read_turn_log(self.path_for(session_id))
+
+    def sessions(self) -> dict[str, list[TurnRecord]]:
+        """Every logged session's records, by session id (sorted by turn index)."""
+        out: dict[str, list[TurnRecord]] = {}
+        if not self.sessions_dir.is_dir():
+            return out
+        for path in sorted(self.sessions_dir.glob("*" + TURNS_SUFFIX)):
+            for rec in read_turn_log(path):
+                out.setdefault(rec.session_id, []).append(rec)
+        for sid, recs in out.items():
+            recs.sort(key=lambda r: r.index)
+        return out
+
+
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """JSON objects of a .jsonl file; a torn last line (crash mid-write) is skipped, as is
+    (with a warning) any other line that does not parse."""
+    with open(path, "rb") as fh:
+        lines = fh.read().split(b"\n")
+    last = len(lines) - 1
+    for n, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            if n != last:
+                log.warning("%s:%d: skipping a line that is not JSON", path, n + 1)
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def read_turn_log(path: str | os.PathLike) -> list[TurnRecord]:
+    records = []
+    for obj in _json_lines(Path(path)):
+        try:
+            records.append(TurnRecord.from_dict(obj))
+        except (TypeError, ValueError) as exc:
+            log.warning("%s: skipping a malformed turn record: %s", path, exc)
+    return records
+
+
+def recover(directory: str | os.PathLike, *, reward: float | None = None, status: str | None = "aborted",
+            rollout_id: str | None = None, reward_policy: str = "full",
+            decode: Callable[[list[int]], str] | None = None) -> list[Sample]:
+    """Samples rebuilt from every turn log under ``directory`` (the converter after a crash).
+
+    Each session's samples get ``reward`` (None: not scored) and status ``status``
+    ("aborted" by default; None derives it from each leaf's finish reason).
+    """
+    samples: list[Sample] = []
+    for sid, records in sorted(TurnLog(directory).sessions().items()):
+        samples.extend(build_samples(records, reward=reward, rollout_id=rollout_id, reward_policy=reward_policy,
+                                     status_override=status, decode=decode, metadata={"recovered": True}))
+    return samples
+
+
+# --------------------------------------------------------------------------- export
+
+def _schema() -> Any:
+    import pyarrow as pa
+    return pa.schema([
+        ("session_id", pa.string()), ("rollout_id", pa.string()), ("index", pa.int64()),
+        ("branch", pa.string()), ("tokens", pa.list_(pa.int32())), ("response_length", pa.int64()),
+        ("loss_mask", pa.list_(pa.int8())), ("rollout_log_probs", pa.list_(pa.float32())),
+        ("reward", pa.float64()), ("status", pa.string()), ("response", pa.string()),
+        ("metadata", pa.string()),   # JSON text
+    ])
+
+
+def _table(samples: list[Sample]) -> Any:
+    import pyarrow as pa
+    schema = _schema()
+    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+    for s in samples:
+        row = s.to_dict()
+        row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False)
+        for name in schema.names:
+            columns[name].append(row[name])
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> list[Path]:
+    """Append ``samples`` to ``DIR/samples.jsonl`` and write each session's
+    ``DIR/samples/<safe id>.parquet`` (all of that session's samples go in one call). Returns the
+    parquet paths written."""
+    import pyarrow.parquet as pq
+
+    samples = list(samples)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not samples:
+        return []
+    _append_lines(directory / SAMPLES_JSONL,
+                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
+    by_session: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_session.setdefault(s.session_id, []).append(s)
+    out_dir = directory / SAMPLES_DIR
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    for sid, group in by_session.items():
+        path = out_dir / (safe_name(sid) + ".parquet")
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(_table(group), tmp)
+        os.replace(tmp, path)
+        written.append(path)
+    _fsync_dir(out_dir)
+    return written
+
+
+def _from_row(row: dict[str, Any]) -> Sample:
+    meta = row.get("metadata")
+    row = dict(row, metadata=json.loads(meta) if isinstance(meta, str) else (meta or {}))
+    return Sample.from_dict(row)
+
+
+def read_samples(path: str | os.PathLike) -> list[Sample]:
+    """Samples from a ``.jsonl`` file, a ``.parquet`` file, or a directory of parquet files
+    (an export directory ``DIR`` reads ``DIR/samples/``)."""
+    path = Path(path)
+    if path.is_dir():
+        sub = path / SAMPLES_DIR
+        target = sub if sub.is_dir() else path
+        files = sorted(target.glob("*.parquet"))
+        if not files and (path / SAMPLES_JSONL).is_file():
+            return read_samples(path / SAMPLES_JSONL)
+        return [s for f in files for s in read_samples(f)]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        return [_from_row(row) for row in pq.read_table(path).to_pylist()]
+    return [_from_row(obj) for obj in _json_lines(path)]
