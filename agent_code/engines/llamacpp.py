@@ -16,7 +16,10 @@ How it is driven (xllamacpp 2026.x):
   their logprobs, in order (the end-of-generation token included). The final chunk has
   ``finish_reason`` and ``usage``; errors arrive as ``{"error": {...}}`` chunks.
   ``sampling.tool_grammar`` (a JSON schema) goes in as ``json_schema`` (llama.cpp compiles it
-  with LLGuidance): the whole completion is constrained to the schema.
+  with LLGuidance): the whole completion is constrained to the schema. ``sampling.grammar``
+  goes in as ``grammar`` instead: LLGuidance Lark when it starts with ``%llguidance {}``
+  (``%json {schema}`` embeds a JSON schema in a rule), else GBNF. Beware: a Lark grammar that
+  does not compile is silently ignored (the output is unconstrained); a bad GBNF is a 400.
 
 Semantics:
 
@@ -132,6 +135,7 @@ class LlamaCppEngine:
     """An in-process llama.cpp engine (see the module doc)."""
 
     name = "llamacpp"
+    supports_grammar = True  # honours SamplingParams.grammar (LLGuidance Lark or GBNF)
 
     def __init__(self, model_path: str | os.PathLike | None = None, *, n_ctx: int = 32768,
                  n_threads: int | None = None, n_parallel: int = 1, n_batch: int = 256,
@@ -222,7 +226,9 @@ class LlamaCppEngine:
         }
         if sampling.seed is not None:
             body["seed"] = int(sampling.seed)
-        if sampling.tool_grammar:
+        if sampling.grammar:
+            body["grammar"] = sampling.grammar
+        elif sampling.tool_grammar:
             body["json_schema"] = sampling.tool_grammar
         return body
 

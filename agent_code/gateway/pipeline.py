@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_code.engines.base import Engine, Generation
+from agent_code.gateway.grammar import tool_call_grammar
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
@@ -56,11 +57,13 @@ class Gateway:
     def __init__(self, engine: Engine, renderer: Any, *, model_name: str = "agent-code-local",
                  tool_parser: str | None = None, reasoning_parser: str | None = None,
                  store: SessionStore | None = None, default_max_tokens: int = 4096,
-                 history_policy: str = "tokens", turn_log: Any = None) -> None:
+                 history_policy: str = "tokens", turn_log: Any = None, reward_policy: str = "full",
+                 tool_grammar: str = "auto") -> None:
         if history_policy not in POLICIES:
             raise ValueError(f"unknown history policy '{history_policy}' (choose from {', '.join(POLICIES)})")
         self.history_policy = history_policy
         self.turn_log = turn_log  # optional: appends each recorded turn durably (trajectory.store.TurnLog)
+        self.reward_policy = reward_policy
         self.engine = engine
         self.renderer = renderer
         self.model_name = model_name
@@ -69,6 +72,9 @@ class Gateway:
         self.reasoning_parser = reasoning_parser or detected_reasoning
         self.store = store or SessionStore()
         self.default_max_tokens = default_max_tokens
+        if tool_grammar not in ("auto", "off"):
+            raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
+        self.tool_grammar = tool_grammar
 
     # -- the turn ---------------------------------------------------------------------
 
@@ -94,7 +100,26 @@ class Gateway:
         if session.max_context_tokens is not None:
             room = session.max_context_tokens - prompt_len
             sampling = replace(sampling, max_new_tokens=max(0, min(sampling.max_new_tokens, room)))
-        return sampling
+        return self.constrain(sampling, request)
+
+    def constrain(self, sampling: SamplingParams, request: ChatRequest) -> SamplingParams:
+        """With ``tool_grammar="auto"``, a request that declares tools gets a grammar allowing
+        only plain text or Hermes calls to those tools (see :mod:`agent_code.gateway.grammar`),
+        when the engine supports grammars and the template speaks Hermes. ``tool_choice``
+        none: no grammar; any/tool: a call is required."""
+        choice = request.tool_choice.get("type") if isinstance(request.tool_choice, dict) else None
+        if (self.tool_grammar == "off" or not request.tools or choice == "none"
+                or self.tool_parser != "hermes" or sampling.grammar or sampling.tool_grammar
+                or not getattr(self.engine, "supports_grammar", False)):
+            return sampling
+        tools = request.tools
+        if choice == "tool":
+            tools = [t for t in tools if t.get("function", {}).get("name") == request.tool_choice.get("name")]
+        try:
+            grammar = tool_call_grammar(tools, require_call=choice in ("any", "tool"))
+        except ValueError:  # no usable tool name: leave the turn unconstrained
+            return sampling
+        return replace(sampling, grammar=grammar)
 
     def prepare(self, session: Session, request: ChatRequest) -> "PreparedTurn":
         """Check the session, render the prompt and settle the sampling (no engine call)."""
@@ -139,6 +164,20 @@ class Gateway:
         reply = parse_completion(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
                                  tools=request.tools)
         return reply, stop_sequence
+
+    def finish_session(self, session_id: str, reward: float | None = None,
+                       metadata: dict[str, Any] | None = None, rollout_id: str | None = None) -> list[Any]:
+        """Close the session and return its samples (also written under the trajectory dir)."""
+        from agent_code.trajectory.samples import build_samples
+
+        session = self.store.close(session_id)
+        samples = build_samples(session.turns, reward=reward, rollout_id=rollout_id,
+                                reward_policy=self.reward_policy, metadata=metadata, decode=self.renderer.decode)
+        if self.turn_log is not None:
+            from agent_code.trajectory.store import write_samples
+
+            write_samples(samples, self.turn_log.directory)
+        return samples
 
     def commit(self, session: Session, outcome: TurnOutcome, protocol: str, total_s: float) -> TurnRecord:
         """Record the turn; called once the reply has reached the client."""

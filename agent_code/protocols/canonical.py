@@ -32,6 +32,9 @@ class SamplingParams:
     seed: int | None = None
     # JSON-schema-constrained tool calls (engines that support grammars may use it)
     tool_grammar: dict[str, Any] | None = None
+    # a grammar constraining the whole completion: LLGuidance Lark when it starts with
+    # "%llguidance", else GBNF (llama.cpp only; engines without grammars ignore it)
+    grammar: str | None = None
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""A grammar that keeps a small model to plain text or well-formed calls to DECLARED tools.
+
+Unconstrained, a small model often answers a tool request with a bare or fenced JSON blob
+naming a tool that does not exist. :func:`tool_call_grammar` builds an LLGuidance Lark grammar
+(what llama.cpp compiles when a ``grammar`` string starts with ``%llguidance``) that allows
+exactly one of:
+
+* plain text that does not begin with whitespace, ``<``, ``{``, ``[`` or a backtick — so
+  JSON-looking output is steered into the other branch;
+* one or more Hermes calls, newline-separated, each
+  ``<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`` where NAME is a declared
+  tool and the arguments satisfy its input schema (``%json`` embeds a JSON schema).
+
+JSON is generated in the compact layout the Qwen/Hermes chat templates render tool calls in
+(``", "`` and ``": "``, no newlines), which also keeps the model from padding with whitespace.
+The end of the turn is reachable after the text or after any complete call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent_code.protocols.canonical import ToolSchema
+
+STYLES = ("hermes",)
+
+# first character of plain text: not whitespace, not the start of a tag, JSON or code fence
+TEXT_REGEX = r"/[^\s<{\[`](?s:.*)/"
+
+# llguidance's own JSON options: compact separators; unknown schema keywords are ignored
+_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
+                 "lenient": True}
+
+
+def _function(tool: ToolSchema) -> dict[str, Any]:
+    return tool.get("function", tool) if isinstance(tool, dict) else {}
+
+
+def _parameters(function: dict[str, Any]) -> dict[str, Any]:
+    params = function.get("parameters") or function.get("input_schema")
+    if not isinstance(params, dict) or not params:
+        return {"type": "object"}
+    return {k: v for k, v in params.items() if k != "$schema"}
+
+
+def call_schema(tools: list[ToolSchema]) -> dict[str, Any]:
+    """The JSON schema of one call's body: ``{"name": NAME, "arguments": ARGS}``, any declared tool."""
+    options = []
+    for tool in tools:
+        function = _function(tool)
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        options.append({"type": "object",
+                        "properties": {"name": {"const": name}, "arguments": _parameters(function)},
+                        "required": ["name", "arguments"], "additionalProperties": False})
+    if not options:
+        raise ValueError("no named tool to build a tool-call grammar for")
+    schema: dict[str, Any] = options[0] if len(options) == 1 else {"anyOf": options}
+    return {**schema, "x-guidance": _JSON_OPTIONS}
+
+
+def tool_call_grammar(tools: list[ToolSchema], *, style: str = "hermes",
+                      require_call: bool = False, json_call: bool = True) -> str:
+    """An LLGuidance Lark grammar: plain text, or one or more calls to the declared ``tools``
+    (canonical ``{"type": "function", "function": {...}}`` schemas). ``require_call`` drops
+    the text branch (for ``tool_choice`` any/tool). ``json_call`` also allows ONE call written
+    as a bare or ```json-fenced object (same schema), which the parser's fenced-JSON fallback
+    reads: small models start that way far more often than with ``<tool_call>``."""
+    if style not in STYLES:
+        raise ValueError(f"unknown tool-call grammar style {style!r}; known: {list(STYLES)}")
+    schema = json.dumps(call_schema(tools), ensure_ascii=False)
+    branches = ["calls"] + (["json_call"] if json_call else []) + ([] if require_call else ["TEXT"])
+    lines = [
+        "%llguidance {}",
+        "start: " + " | ".join(branches),
+        r'calls: call ("\n" call)*',
+        r'call: "<tool_call>\n" body "\n</tool_call>"',
+    ]
+    if json_call:
+        lines.append(r'json_call: body | "```json\n" body "\n```"')
+    lines += [f"body: %json {schema}", f"TEXT: {TEXT_REGEX}", ""]
+    return "\n".join(lines)
