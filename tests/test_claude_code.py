@@ -69,3 +69,52 @@ def test_claude_code_edits_a_file_through_the_gateway(tmp_path):
     assert turns[3].reply == {"role": "assistant", "content": "Fixed the typo in hello.py."}
     # the billing header Claude Code adds to its system prompt never reaches the template
     assert "x-anthropic-billing-header" not in turns[0].messages[0]["content"]
+
+
+def test_claude_code_sub_agent_yields_a_second_branch(tmp_path):
+    """Claude Code's Agent tool runs a sub-agent with its own system prompt in the same
+    session: the gateway sees a second root, and the samples say so."""
+    from agent_code.trajectory.samples import build_samples
+
+    claude = claude_binary()
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "hello.py"
+    target.write_text('def greet(name):\n    return "Helo, " + name\n')
+    script = [
+        call("Agent", {"description": "Find the typo", "prompt": "Read hello.py and report the typo.",
+                       "subagent_type": "general-purpose"}),
+        call("Read", {"file_path": str(target)}),           # the sub-agent's first turn
+        {"text": "The typo is Helo."},                      # the sub-agent's answer
+        {"text": "The sub-agent found the typo: Helo."},    # the main agent's final answer
+    ]
+    home = tmp_path / "home"
+    home.mkdir()
+    with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
+               "ANTHROPIC_AUTH_TOKEN": "cc-sub", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}
+        proc = subprocess.run([claude, "-p", "Use a sub-agent to find the typo", "--permission-mode",
+                               "bypassPermissions", "--output-format", "stream-json", "--verbose", "--model", "m"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        turns = gateway.store.get("cc-sub").turns
+        samples = gateway.finish_session("cc-sub", reward=1.0)
+
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["result"] == "The sub-agent found the typo: Helo."
+    assert len(turns) == 4
+    assert [t.parent for t in turns] == [None, None, 1, 0]  # main resumed on its held tokens
+    assert {s.branch for s in samples} == {"main", "sub-agent"} and len(samples) == 2
+    trained: dict[tuple[int, int], int] = {}
+    for sample in samples:
+        prompt_len = len(sample.tokens) - sample.response_length
+        for index in sample.metadata["turn_indices"]:
+            turn = turns[index]
+            start = len(turn.prompt_ids) - prompt_len
+            for k, token in enumerate(turn.output_ids):
+                if sample.loss_mask[start + k]:
+                    assert sample.tokens[prompt_len + start + k] == token
+                    trained[(index, k)] = trained.get((index, k), 0) + 1
+    assert set(trained.values()) == {1}
+    assert len(trained) == sum(len(t.output_ids) for t in turns)  # each sampled token trained exactly once
+    assert build_samples(turns, reward=1.0)[0].branch == "main"

@@ -25,7 +25,9 @@ the held sequences: a clean extension, a divergence inside the last response
 prefix at all (``fork``: a new sample starts). Each case is logged as a drift event.
 
 A request that matches nothing starts a new root; ``branch_hint`` says why it may have
-(a different system prompt: a sub-agent; the same one: a compaction or a restart).
+(a different system prompt: a sub-agent; the same one: a compaction or a restart; the
+same messages as an earlier root: a retry). Under ``template``, a realigned turn starts a
+``template-drift`` branch: turns that extended the old rendering stay on their own chain.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[di
     agree = next((i for i, (a, b) in enumerate(zip(region, out)) if a != b), min(len(region), len(out)))
     plan.parent, plan.prefix_reused = best.index, start + agree
     if agree < len(out):
+        plan.branch_hint = "template-drift"  # later turns of the old chain no longer extend this one
         plan.drift.append({"kind": "realigned", "turn": best.index, "masked": len(out) - agree,
                            "cause": f"the template re-rendered turn {best.index}'s output differently "
                                     f"from token {agree} of {len(out)}"})
