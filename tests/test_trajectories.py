@@ -172,6 +172,12 @@ def test_kill_9_loses_no_finished_turn(tmp_path):
         proc.wait()
     samples = recover(traj)
     assert len(samples) == 1 and samples[0].metadata["turns"] == 3
+    # the converter command writes them out like a finished session
+    from conftest import run_cli
+
+    proc = run_cli("recover", str(traj), "--out", str(tmp_path / "recovered"))
+    assert proc.returncode == 0 and "recovered 1 samples from 1 sessions" in proc.stdout
+    assert (tmp_path / "recovered" / "samples.jsonl").read_text().count("\n") == 1
     assert samples[0].status == "aborted" and samples[0].metadata.get("recovered") is True
     expected_outputs = [renderer.encode(call(f"t{i}")["text"]) + renderer.end_of_turn_ids[:1] for i in range(3)]
     trained = [t for t, m in zip(samples[0].tokens[-samples[0].response_length:], samples[0].loss_mask) if m]

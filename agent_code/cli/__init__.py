@@ -17,6 +17,7 @@ from agent_code import __version__
 SUBCOMMANDS: dict[str, str] = {
     "serve": "agent_code.cli.serve:main",
     "inspect": "agent_code.cli.inspect:main",
+    "recover": "agent_code.cli.recover:main",
 }
 
 
