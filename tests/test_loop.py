@@ -120,3 +120,12 @@ def test_bad_scripts_fail_early_with_the_line(tmp_path, line, message):
     with pytest.raises(ProviderError, match=message) as info:
         load_script(path)
     assert f"{path}:2" in str(info.value)
+
+
+def test_an_exact_repeat_of_a_call_is_flagged(tmp_path):
+    provider = script(tmp_path, [use("a", "echo", text="x")], [use("b", "echo", text="x")],
+                      [use("c", "echo", text="y")], [text("ok")])
+    _, result, events = run(tmp_path, provider)
+    contents = [e["content"] for e in events if e["type"] == "tool_result"]
+    assert contents[0] == "x" and contents[2] == "y"
+    assert contents[1].startswith("x\n\n[note: this exact call was already made")

@@ -12,6 +12,7 @@ or streams them as JSON lines, and a harness can follow a headless run from them
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,6 +27,8 @@ from agent_code.types import ModelResponse, ToolResult, Usage
 DEFAULT_MAX_STEPS = 50
 
 Event = dict[str, Any]
+REPEAT_NOTE = ("\n\n[note: this exact call was already made earlier in this task, with the same result. "
+               "Use what you have and give your answer, or try something different.]")
 
 
 @dataclass
@@ -114,6 +117,7 @@ class Agent:
 
     def _loop(self, usage: Usage) -> AgentResult:
         schemas = self.tools.schemas()
+        seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
             try:
                 response = self.provider.complete(self.messages, tools=schemas, system=self.system)
@@ -132,6 +136,11 @@ class Agent:
                 self.on_event({"type": "tool_use", "step": step, "id": call.id, "name": call.name,
                                "input": call.arguments})
                 result = self.tools.run(call, self.ctx)
+                key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+                if key in seen:
+                    # small models loop; say so plainly instead of silently repeating the output
+                    result = ToolResult(result.tool_use_id, result.content + REPEAT_NOTE, result.is_error)
+                seen.add(key)
                 self.on_event({"type": "tool_result", "step": step, "tool_use_id": result.tool_use_id,
                                "name": call.name, "content": result.content, "is_error": result.is_error})
                 results.append(result)
