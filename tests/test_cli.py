@@ -9,8 +9,8 @@ import sys
 import time
 
 from agent_code import __version__
-from agent_code.demo import DEMO_SCRIPT, SAMPLE_PROJECT, demo_argv
-from conftest import REPO, cli_env, run_cli
+from agent_code.demo import SAMPLE_PROJECT, demo_argv
+from conftest import cli_env, run_cli
 
 
 def test_version():

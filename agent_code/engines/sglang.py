@@ -43,6 +43,7 @@ from typing import Any, Sequence
 
 import httpx
 
+from agent_code.engines.http_client import LoopClient, error_text
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
 
@@ -62,20 +63,12 @@ class SGLangEngine:
         self.timeout = timeout
         self.abort_timeout = abort_timeout
         self.routing_header = routing_header
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._client = LoopClient(self.base_url, timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._turns: dict[str, itertools.count] = {}
 
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, headers=self._headers, transport=self._transport,
-                timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
-            self._client_loop = loop
-        return self._client
+        return self._client.get()
 
     def new_rid(self, session_id: str | None) -> str:
         if session_id is None:
@@ -129,7 +122,7 @@ class SGLangEngine:
 
     def _parse(self, response: httpx.Response, n_prompt: int, rid: str) -> Generation:
         if response.status_code != 200:
-            raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {_error_text(response)}")
+            raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {error_text(response)}")
         try:
             data = response.json()
             if isinstance(data, list):
@@ -161,22 +154,4 @@ class SGLangEngine:
                           prompt_tokens=int(meta.get("prompt_tokens", n_prompt)), meta=extra)
 
     async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            try:
-                await client.aclose()
-            except RuntimeError:
-                pass  # its event loop is gone
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:500]
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err or data.get("message") or data.get("detail") or data)[:500]
-    return str(data)[:500]
+        await self._client.aclose()

@@ -28,11 +28,11 @@ production-stack router hashes on with ``--routing-logic session --session-key X
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Sequence
 
 import httpx
 
+from agent_code.engines.http_client import LoopClient, error_text
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
 
@@ -55,19 +55,11 @@ class VLLMEngine:
         self.timeout = timeout
         self.session_header = session_header
         self.legacy_guided = legacy_guided
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._client = LoopClient(self.base_url, timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
 
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, headers=self._headers, transport=self._transport,
-                timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
-            self._client_loop = loop
-        return self._client
+        return self._client.get()
 
     async def _model(self, client: httpx.AsyncClient) -> str:
         if self.model is None:
@@ -119,7 +111,7 @@ class VLLMEngine:
 
     def _parse(self, response: httpx.Response, n_prompt: int) -> Generation:
         if response.status_code != 200:
-            raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: {_error_text(response)}")
+            raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: {error_text(response)}")
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -150,12 +142,7 @@ class VLLMEngine:
                           prompt_tokens=int(usage.get("prompt_tokens", n_prompt)), meta=meta)
 
     async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            try:
-                await client.aclose()
-            except RuntimeError:
-                pass
+        await self._client.aclose()
 
 
 def _token_id(token: Any) -> int:
@@ -164,16 +151,3 @@ def _token_id(token: Any) -> int:
     if isinstance(token, str) and token.startswith("token_id:"):
         return int(token[len("token_id:"):])
     raise ValueError(f"token {token!r} is not 'token_id:N' (is return_tokens_as_token_ids supported?)")
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:500]
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err or data.get("message") or data.get("detail") or data)[:500]
-    return str(data)[:500]
