@@ -45,3 +45,68 @@ def scripted_gateway(tmp_path: Path, lines: list[dict[str, Any]], renderer: Any,
     gateway = Gateway(engine, renderer, model_name="test-model", store=store)
     with BackgroundServer(create_app(gateway, **app_kw)) as server:
         yield server.url, gateway
+
+
+@contextlib.contextmanager
+def serve_process(*args: str, kill: bool = False) -> Iterator[tuple[str, Any]]:
+    """``agent-code serve ARGS`` in a real subprocess on a free port; yields (url, process)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from conftest import cli_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "agent_code", "serve", "--port", str(port), *args],
+                            env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"agent-code serve did not come up: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        if kill:
+            proc.send_signal(signal.SIGKILL)
+        else:
+            proc.terminate()
+        proc.wait(timeout=10)
+
+
+def trained_counts(samples: list, turns: list) -> dict[tuple[int, int], int]:
+    """(turn index, output offset) -> how many samples train it. Asserts that every trained
+    position holds the id the engine sampled there, with its logprob."""
+    counts: dict[tuple[int, int], int] = {}
+    for sample in samples:
+        prompt_len = len(sample.tokens) - sample.response_length
+        for index in sample.metadata["turn_indices"]:
+            turn = turns[index]
+            start = len(turn.prompt_ids) - prompt_len
+            for k, token in enumerate(turn.output_ids):
+                pos = start + k
+                if 0 <= pos < sample.response_length and sample.loss_mask[pos]:
+                    assert sample.tokens[prompt_len + pos] == token
+                    assert sample.rollout_log_probs[pos] == pytest.approx(turn.logprobs[k], abs=1e-6)
+                    counts[(index, k)] = counts.get((index, k), 0) + 1
+    return counts
+
+
+def check_token_exact(samples: list, turns: list) -> None:
+    """Every sampled token is trained exactly once, at its own position, and nothing else is."""
+    counts = trained_counts(samples, turns)
+    assert set(counts.values()) == {1}
+    assert set(counts) == {(t.index, k) for t in turns for k in range(len(t.output_ids))}
+    assert sum(sum(s.loss_mask) for s in samples) == len(counts)

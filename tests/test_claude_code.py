@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_fixtures import qwen25_renderer, scripted_gateway
+from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,16 +105,5 @@ def test_claude_code_sub_agent_yields_a_second_branch(tmp_path):
     assert len(turns) == 4
     assert [t.parent for t in turns] == [None, None, 1, 0]  # main resumed on its held tokens
     assert {s.branch for s in samples} == {"main", "sub-agent"} and len(samples) == 2
-    trained: dict[tuple[int, int], int] = {}
-    for sample in samples:
-        prompt_len = len(sample.tokens) - sample.response_length
-        for index in sample.metadata["turn_indices"]:
-            turn = turns[index]
-            start = len(turn.prompt_ids) - prompt_len
-            for k, token in enumerate(turn.output_ids):
-                if sample.loss_mask[start + k]:
-                    assert sample.tokens[prompt_len + start + k] == token
-                    trained[(index, k)] = trained.get((index, k), 0) + 1
-    assert set(trained.values()) == {1}
-    assert len(trained) == sum(len(t.output_ids) for t in turns)  # each sampled token trained exactly once
+    check_token_exact(samples, turns)  # each sampled token trained exactly once, in one of the two
     assert build_samples(turns, reward=1.0)[0].branch == "main"

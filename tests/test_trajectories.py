@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import anthropic
 import httpx
-import pytest
 
 from agent_code.trajectory.samples import Sample
 from agent_code.trajectory.store import recover
-from conftest import cli_env
-from gateway_fixtures import qwen3_renderer, scripted_gateway
+from gateway_fixtures import check_token_exact, qwen3_renderer, scripted_gateway, serve_process, trained_counts
 
 TOOLS = [{"name": "echo", "description": "Echo text.",
           "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
@@ -45,27 +37,6 @@ def run_session(client: anthropic.Anthropic, turns: int, *, system_reminder_at: 
         messages.append({"role": "user", "content": content})
         if system_reminder_at == i:
             messages.append({"role": "system", "content": "Reminder: stay brief."})
-
-
-def check_token_exact(samples: list[Sample], turns) -> None:
-    """Every mask-1 position holds the id the engine sampled there, with its logprob; every
-    sampled (turn, offset) is trained exactly once; mask-0 positions are not sampled ids."""
-    trained: dict[tuple[int, int], int] = {}
-    for sample in samples:
-        prompt_len = len(sample.tokens) - sample.response_length
-        expected = [0] * sample.response_length
-        for index in sample.metadata["turn_indices"]:
-            turn = turns[index]
-            start = len(turn.prompt_ids) - prompt_len
-            for k, token in enumerate(turn.output_ids):
-                if sample.loss_mask[start + k]:
-                    assert sample.tokens[prompt_len + start + k] == token
-                    assert sample.rollout_log_probs[start + k] == pytest.approx(turn.logprobs[k], abs=1e-6)
-                    expected[start + k] = 1
-                    trained[(index, k)] = trained.get((index, k), 0) + 1
-        assert sample.loss_mask == expected  # nothing else is trained
-    every = {(t.index, k) for t in turns for k in range(len(t.output_ids))}
-    assert set(trained) == every and set(trained.values()) == {1}
 
 
 def test_samples_are_token_exact(tmp_path):
@@ -128,16 +99,10 @@ def test_template_policy_logs_drift_when_the_template_strips_reasoning(tmp_path)
     assert events, "re-rendering must have drifted"
     assert {e["kind"] for e in events} & {"realigned", "fork"}
     # whatever drifted, no trained token differs from a sampled one, and each is trained once
-    for sample in samples:
-        prompt_len = len(sample.tokens) - sample.response_length
-        for index in sample.metadata["turn_indices"]:
-            turn = turns[index]
-            start = len(turn.prompt_ids) - prompt_len
-            for k, token in enumerate(turn.output_ids):
-                pos = start + k
-                if 0 <= pos < sample.response_length and sample.loss_mask[pos]:
-                    assert sample.tokens[prompt_len + pos] == token
+    counts = trained_counts(samples, turns)
+    assert set(counts.values()) == {1}
     trained = sum(sum(s.loss_mask) for s in samples)
+    assert trained == len(counts)
     assert trained <= sum(len(t.output_ids) for t in turns)
 
 
@@ -148,28 +113,12 @@ def test_kill_9_loses_no_finished_turn(tmp_path):
     script = tmp_path / "replies.jsonl"
     script.write_text("".join(json.dumps(call(f"t{i}")) + "\n" for i in range(10)))
     traj = tmp_path / "traj"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "agent_code", "serve", "--engine", f"scripted:{script}",
-                             "--tokenizer", str(qwen3_tokenizer_dir()), "--port", str(port),
-                             "--trajectory-dir", str(traj)], env=cli_env(), stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    with serve_process("--engine", f"scripted:{script}", "--tokenizer", str(qwen3_tokenizer_dir()),
+                       "--trajectory-dir", str(traj), kill=True) as (url, proc):
         client = anthropic.Anthropic(base_url=url, api_key="crash", max_retries=0)
         run_session(client, 3)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    # the server got SIGKILL: nothing was flushed at exit
+    assert proc.returncode == -9
     samples = recover(traj)
     assert len(samples) == 1 and samples[0].metadata["turns"] == 3
     # the converter command writes them out like a finished session
