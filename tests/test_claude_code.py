@@ -31,27 +31,38 @@ def call(name: str, arguments: dict) -> dict:
     return {"text": f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"}
 
 
-def test_claude_code_edits_a_file_through_the_gateway(tmp_path):
-    claude = claude_binary()
+def typo_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A work directory holding hello.py with a typo; returns (work dir, hello.py)."""
     work = tmp_path / "work"
     work.mkdir()
     target = work / "hello.py"
     target.write_text('def greet(name):\n    return "Helo, " + name\n')
+    return work, target
+
+
+def run_claude(claude: str, prompt: str, work: Path, url: str, session: str, model: str):
+    """Claude Code headless against the gateway, with a private HOME and the session id as key."""
+    home = work.parent / "home"
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
+           "ANTHROPIC_AUTH_TOKEN": session, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}  # IS_SANDBOX: bypass mode is allowed as root
+    return subprocess.run([claude, "-p", prompt, "--permission-mode", "bypassPermissions",
+                           "--output-format", "stream-json", "--verbose", "--model", model],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_claude_code_edits_a_file_through_the_gateway(tmp_path):
+    claude = claude_binary()
+    work, target = typo_project(tmp_path)
     script = [
         call("Bash", {"command": "ls", "description": "List files"}),
         call("Read", {"file_path": str(target)}),
         call("Edit", {"file_path": str(target), "old_string": "Helo", "new_string": "Hello"}),
         {"text": "Fixed the typo in hello.py."},
     ]
-    home = tmp_path / "home"
-    home.mkdir()
     with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
-               "ANTHROPIC_AUTH_TOKEN": "cc-session", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-               "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}  # IS_SANDBOX: bypass mode is allowed as root
-        proc = subprocess.run([claude, "-p", "Fix the typo in hello.py", "--permission-mode", "bypassPermissions",
-                               "--output-format", "stream-json", "--verbose", "--model", "served-model"],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        proc = run_claude(claude, "Fix the typo in hello.py", work, url, "cc-session", "served-model")
         turns = gateway.store.get("cc-session").turns
 
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -77,10 +88,7 @@ def test_claude_code_sub_agent_yields_a_second_branch(tmp_path):
     from agent_code.trajectory.samples import build_samples
 
     claude = claude_binary()
-    work = tmp_path / "work"
-    work.mkdir()
-    target = work / "hello.py"
-    target.write_text('def greet(name):\n    return "Helo, " + name\n')
+    work, target = typo_project(tmp_path)
     script = [
         call("Agent", {"description": "Find the typo", "prompt": "Read hello.py and report the typo.",
                        "subagent_type": "general-purpose"}),
@@ -88,15 +96,8 @@ def test_claude_code_sub_agent_yields_a_second_branch(tmp_path):
         {"text": "The typo is Helo."},                      # the sub-agent's answer
         {"text": "The sub-agent found the typo: Helo."},    # the main agent's final answer
     ]
-    home = tmp_path / "home"
-    home.mkdir()
     with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
-               "ANTHROPIC_AUTH_TOKEN": "cc-sub", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-               "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}
-        proc = subprocess.run([claude, "-p", "Use a sub-agent to find the typo", "--permission-mode",
-                               "bypassPermissions", "--output-format", "stream-json", "--verbose", "--model", "m"],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        proc = run_claude(claude, "Use a sub-agent to find the typo", work, url, "cc-sub", "m")
         turns = gateway.store.get("cc-sub").turns
         samples = gateway.finish_session("cc-sub", reward=1.0)
 

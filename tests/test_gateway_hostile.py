@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import httpx
 
@@ -148,9 +147,6 @@ def test_hostile_requests_get_4xx_in_anthropic_format(tmp_path):
             # and the server still answers a good request
             r = client.post("/v1/messages", json=GOOD)
             assert r.status_code == 200 and r.json()["content"][0]["text"] == "fine"
-            # only the good request made a turn (it is recorded once its reply has been sent)
-            deadline = time.monotonic() + 5
-            while not gateway.store.get("default").turns and time.monotonic() < deadline:
-                time.sleep(0.01)
+            # only the good request made a turn (recorded before its reply was written)
             assert len(gateway.store.get("default").turns) == 1
         assert set(statuses) <= {400, 413}

@@ -215,10 +215,7 @@ class LlamaCppEngine:
         body: dict[str, Any] = {
             "prompt": [int(i) for i in prompt_ids],
             "max_tokens": int(sampling.max_new_tokens),
-            "temperature": 1.0 if sampling.temperature is None else float(sampling.temperature),
-            "top_p": 1.0 if sampling.top_p is None else float(sampling.top_p),
-            "top_k": 0 if sampling.top_k is None or sampling.top_k < 0 else int(sampling.top_k),
-            "min_p": 0.0,
+            **sampling.plain(top_k_off=0),
             "n_probs": 1,
             "stream": True,
             "return_progress": True,

@@ -79,10 +79,7 @@ class SGLangEngine:
     def request_body(self, prompt_ids: Sequence[int], sampling: SamplingParams, rid: str) -> dict[str, Any]:
         params: dict[str, Any] = {
             "max_new_tokens": int(sampling.max_new_tokens),
-            "temperature": 1.0 if sampling.temperature is None else float(sampling.temperature),
-            "top_p": 1.0 if sampling.top_p is None else float(sampling.top_p),
-            "top_k": -1 if sampling.top_k is None or sampling.top_k <= 0 else int(sampling.top_k),
-            "min_p": 0.0,
+            **sampling.plain(top_k_off=-1),
             "stop": list(sampling.stop),
         }
         if sampling.seed is not None:

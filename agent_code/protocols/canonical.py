@@ -36,6 +36,15 @@ class SamplingParams:
     # "%llguidance", else GBNF (llama.cpp only; engines without grammars ignore it)
     grammar: str | None = None
 
+    def plain(self, top_k_off: int) -> dict[str, Any]:
+        """Temperature, top-p, top-k and min-p with unset fields meaning plain sampling
+        (temperature 1, top-p 1, no top-k, min-p 0); ``top_k_off`` is how the engine spells
+        "no top-k" (llama.cpp: 0, SGLang and vLLM: -1)."""
+        top_k = self.top_k if self.top_k is not None and self.top_k > 0 else top_k_off
+        return {"temperature": 1.0 if self.temperature is None else float(self.temperature),
+                "top_p": 1.0 if self.top_p is None else float(self.top_p),
+                "top_k": int(top_k), "min_p": 0.0}
+
 
 @dataclass
 class ChatRequest:
