@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "agent_code.cli.serve:main",
     "inspect": "agent_code.cli.inspect:main",
     "recover": "agent_code.cli.recover:main",
+    "rollout": "agent_code.cli.rollout:main",
 }
 
 

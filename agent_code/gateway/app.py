@@ -16,6 +16,7 @@ from agent_code import __version__
 from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, read_json
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import AnthropicRoutes, error_response
+from agent_code.trajectory.samples import SAMPLE_STATUSES
 
 SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int}
 
@@ -75,7 +76,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
             body = await read_json(request, max_body_bytes)
             if not isinstance(body, dict):
                 raise HttpError(400, "invalid_request_error", "expected a JSON object")
-            unknown = set(body) - {"reward", "metadata", "rollout_id"}
+            unknown = set(body) - {"reward", "metadata", "rollout_id", "status"}
             if unknown:
                 raise HttpError(400, "invalid_request_error", f"unknown field(s): {', '.join(sorted(unknown))}")
             reward = body.get("reward")
@@ -85,8 +86,12 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                 raise HttpError(400, "invalid_request_error", "'metadata' must be an object")
             if not isinstance(body.get("rollout_id", ""), str):
                 raise HttpError(400, "invalid_request_error", "'rollout_id' must be a string")
+            if body.get("status") not in (None, *SAMPLE_STATUSES):
+                raise HttpError(400, "invalid_request_error",
+                                f"'status' must be one of {', '.join(SAMPLE_STATUSES)} or null")
             sid = request.path_params["sid"]
-            samples = gateway.finish_session(sid, reward, body.get("metadata"), body.get("rollout_id"))
+            samples = gateway.finish_session(sid, reward, body.get("metadata"), body.get("rollout_id"),
+                                             body.get("status"))
             return JSONResponse({"session_id": sid, "samples": [s.to_dict() for s in samples]})
         except Exception as exc:
             return error_response(as_http_error(exc))

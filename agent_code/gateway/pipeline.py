@@ -166,13 +166,17 @@ class Gateway:
         return reply, stop_sequence
 
     def finish_session(self, session_id: str, reward: float | None = None,
-                       metadata: dict[str, Any] | None = None, rollout_id: str | None = None) -> list[Any]:
-        """Close the session and return its samples (also written under the trajectory dir)."""
+                       metadata: dict[str, Any] | None = None, rollout_id: str | None = None,
+                       status: str | None = None) -> list[Any]:
+        """Close the session and return its samples (also written under the trajectory dir).
+        ``status`` (e.g. ``"aborted"`` for a rollout cut off at its budget) overrides every
+        sample's own status."""
         from agent_code.trajectory.samples import build_samples
 
         session = self.store.close(session_id)
         samples = build_samples(session.turns, reward=reward, rollout_id=rollout_id,
-                                reward_policy=self.reward_policy, metadata=metadata, decode=self.renderer.decode)
+                                reward_policy=self.reward_policy, metadata=metadata, decode=self.renderer.decode,
+                                status_override=status)
         if self.turn_log is not None:
             from agent_code.trajectory.store import write_samples
 

@@ -44,9 +44,11 @@ from typing import Any, Callable, Sequence
 
 from agent_code.trajectory.records import TurnRecord
 
-__all__ = ["Sample", "build_samples", "REWARD_POLICIES", "register_reward_policy", "STATUS_BY_FINISH"]
+__all__ = ["Sample", "build_samples", "REWARD_POLICIES", "register_reward_policy", "STATUS_BY_FINISH",
+           "SAMPLE_STATUSES"]
 
 STATUS_BY_FINISH = {"stop": "completed", "length": "truncated", "abort": "aborted"}
+SAMPLE_STATUSES = ("completed", "truncated", "aborted")
 
 RewardPolicy = Callable[[float | None, int], list[float | None]]
 

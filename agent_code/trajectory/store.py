@@ -189,8 +189,6 @@ def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> li
     """Append ``samples`` to ``DIR/samples.jsonl`` and write each session's
     ``DIR/samples/<safe id>.parquet`` (all of that session's samples go in one call). Returns the
     parquet paths written."""
-    import pyarrow.parquet as pq
-
     samples = list(samples)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -205,13 +203,20 @@ def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> li
     out_dir.mkdir(exist_ok=True)
     written = []
     for sid, group in by_session.items():
-        path = out_dir / (safe_name(sid) + ".parquet")
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(_table(group), tmp)
-        os.replace(tmp, path)
-        written.append(path)
+        written.append(write_parquet(group, out_dir / (safe_name(sid) + ".parquet")))
     _fsync_dir(out_dir)
     return written
+
+
+def write_parquet(samples: Iterable[Sample], path: str | os.PathLike) -> Path:
+    """Write ``samples`` to one parquet file, atomically (a temp file renamed into place)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(_table(list(samples)), tmp)
+    os.replace(tmp, path)
+    return path
 
 
 def _from_row(row: dict[str, Any]) -> Sample:

@@ -1,0 +1,245 @@
+"""``agent-code rollout TASKS``: turn a file of tasks into graded, trainable samples.
+
+Opens one gateway (in process, on ``--engine``; or uses ``--gateway URL``), runs every
+(task, sample) in its own sandbox and session with a progress bar, and writes
+``samples.jsonl``, ``samples.parquet``, ``results.jsonl`` and ``report.html`` under ``--out``.
+With ``--ray [ADDRESS]`` the rollouts run as Ray tasks, a gateway per node.
+
+Exit codes: 0 the run completed (whatever the rewards) · 1 error before any rollout ran ·
+2 bad usage · 130 interrupted (what finished is kept and written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+_RAY_ADDRESS = re.compile(r"^(auto|local|ray://.+|[\w.\-]+:\d+)$")
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def rollout(
+    tasks_file: str = typer.Argument(..., metavar="TASKS", help="Tasks JSONL file, or 'bundled' for the bundled set."),
+    agent: str = typer.Option("agent-code", "--agent", help="CLI agent: agent-code, claude-code."),
+    engine: str = typer.Option("llamacpp", "--engine", help="Engine spec for the in-process gateway."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer/chat template (default: the engine's)."),
+    tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Tool-call parser (default: detected)."),
+    gateway_url: Optional[str] = typer.Option(None, "--gateway", help="Use this running gateway instead of starting one."),
+    sandbox: str = typer.Option("local", "--sandbox", help="Sandbox: local, docker[:IMAGE], e2b[:TEMPLATE]."),
+    samples_per_task: int = typer.Option(1, "--samples-per-task", "-k", min=1, help="Rollouts per task."),
+    concurrency: int = typer.Option(1, "--concurrency", "-j", min=1, help="Rollouts at once."),
+    budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds each agent may run (a task's timeout wins)."),
+    max_steps: int = typer.Option(30, "--max-steps", min=1, help="Step cap for agents that take one (agent-code)."),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Gateway turns per rollout (429 beyond)."),
+    partial: bool = typer.Option(False, "--partial", help="Reward = fraction of listed tests passing, not 1/0."),
+    model: str = typer.Option("agent-code-local", "--model", help="Model name the gateway serves."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: rollouts/<time>)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out directory."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: --ray (a local instance) or --ray ADDRESS."),
+) -> None:
+    """Run a CLI agent on every task through the gateway; grade, export samples and a report."""
+    from rich.console import Console
+
+    from agent_code.rollout.runner import RolloutConfig
+    from agent_code.tasks import bundled_tasks_path, load_tasks
+
+    err = Console(stderr=True)
+    path = bundled_tasks_path() if tasks_file == "bundled" else Path(tasks_file)
+    try:
+        tasks = load_tasks(path)
+    except Exception as exc:
+        err.print(f"agent-code rollout: {exc}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    from agent_code.harness import HARNESSES
+
+    if agent not in HARNESSES:
+        err.print(f"agent-code rollout: unknown agent '{agent}' (choose from {', '.join(HARNESSES)})", markup=False)
+        raise typer.Exit(2)
+    out_dir = out or Path("rollouts") / time.strftime("%Y%m%d-%H%M%S")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            err.print(f"agent-code rollout: {out_dir} is not empty (pass --overwrite to replace it)", markup=False)
+            raise typer.Exit(2)
+        import shutil
+
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = RolloutConfig(agent=agent, sandbox=sandbox, samples_per_task=samples_per_task, concurrency=concurrency,
+                           budget=budget, partial=partial, model=model, max_steps=max_steps, max_turns=max_turns,
+                           sandbox_options=_hidden(sandbox, path, out_dir))
+    gateway_options = {"engine_spec": engine, "tokenizer": tokenizer, "model_name": model, "tool_parser": tool_parser}
+    total = len(tasks) * samples_per_task
+    err.print(f"rollout: {len(tasks)} task(s) × {samples_per_task} = {total} rollout(s) · agent {agent} · "
+              f"engine {engine if not gateway_url else gateway_url} · sandbox {sandbox} · out {out_dir}",
+              markup=False, highlight=False)
+    try:
+        code = asyncio.run(_run(tasks, config, out_dir, gateway_options, gateway_url, ray_address, err))
+    except KeyboardInterrupt:
+        code = 130
+    raise typer.Exit(code)
+
+
+def _hidden(sandbox: str, tasks_path: Path, out_dir: Path) -> dict[str, Any]:
+    """Keep the tasks file (hidden tests, reference data) and the outputs out of the agent's sight."""
+    if not sandbox.startswith("local"):
+        return {}
+    return {"hide": [str(tasks_path.resolve().parent), str(out_dir.resolve())]}
+
+
+async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: dict[str, Any],
+               gateway_url: str | None, ray_address: str | None, err: Any) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agent_code.rollout.export import RunWriter
+
+    progress = Progress(TextColumn("[bold]rollouts"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("solved {task.fields[solved]} · aborted {task.fields[aborted]}"),
+                        TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err, transient=False)
+    bar = progress.add_task("rollouts", total=len(tasks) * config.samples_per_task, solved=0, aborted=0, last="")
+    counts = {"solved": 0, "aborted": 0}
+    renderer_box: dict[str, Any] = {}
+    writer: RunWriter | None = None
+
+    def on_result(result: Any, samples: list[Any]) -> None:
+        assert writer is not None
+        writer.add(result, samples)
+        counts["solved"] += result.solved
+        counts["aborted"] += bool(result.abort_reason)
+        last = f"{result.rollout_id}: reward {result.reward}" + (f" ({result.abort_reason})" if result.abort_reason else "")
+        progress.update(bar, advance=1, last=last, **counts)
+
+    interrupted = False
+    try:
+        with progress:
+            if ray_address is not None:
+                from agent_code.rollout.ray_runner import run_all_ray
+
+                writer = RunWriter(out_dir)
+                options = dict(gateway_options, trajectory_dir=str((out_dir / "trajectories").resolve()))
+                await run_all_ray(tasks, config, options, address=ray_address, on_result=on_result)
+            else:
+                async with _gateway(gateway_options, gateway_url, out_dir, err, renderer_box) as url:
+                    writer = RunWriter(out_dir, renderer=renderer_box.get("renderer"))
+                    from agent_code.rollout.runner import run_all
+
+                    await run_all(tasks, config, url, on_result=on_result)
+    except asyncio.CancelledError:
+        interrupted = True
+    except Exception as exc:
+        err.print(f"agent-code rollout: {type(exc).__name__}: {exc}", markup=False, highlight=False)
+        if writer is None:
+            return 1
+    if writer is None:
+        return 130 if interrupted else 1
+    paths = writer.close()
+    _print_summary(writer.results, paths, interrupted)
+    problems = _verify(writer.samples, out_dir / "trajectories", err)
+    return 130 if interrupted else (1 if problems else 0)
+
+
+def _verify(samples: list[Any], trajectory_dir: Path, err: Any) -> list[str]:
+    """Check the exported samples against the turns the gateway logged (token-exact, each
+    sampled token trained once); reports and returns the problems."""
+    from agent_code.trajectory.store import TurnLog
+    from agent_code.trajectory.verify import verify_samples
+
+    if not (trajectory_dir / "sessions").is_dir():
+        return []  # an external gateway: its turn log is elsewhere
+    turns = TurnLog(trajectory_dir).sessions()
+    problems = verify_samples(samples, turns)
+    if problems:
+        for line in problems[:20]:
+            err.print(f"invariant violated: {line}", markup=False, highlight=False)
+    else:
+        recorded = sum(len(turns.get(s, [])) for s in {x.session_id for x in samples})
+        err.print(f"invariants: OK ({len(samples)} samples token-exact against {recorded} recorded turns)",
+                  markup=False, highlight=False)
+    return problems
+
+
+class _gateway:
+    """An in-process gateway on a free loopback port (or the given URL), as an async context."""
+
+    def __init__(self, options: dict[str, Any], url: str | None, out_dir: Path, err: Any, box: dict[str, Any]):
+        self.options, self.url, self.out_dir, self.err, self.box = options, url, out_dir, err, box
+        self.server: Any = None
+
+    async def __aenter__(self) -> str:
+        if self.url:
+            return self.url
+        from agent_code.gateway.app import create_app
+        from agent_code.gateway.server import BackgroundServer, build_gateway
+
+        self.err.print(f"rollout: starting the gateway on engine {self.options['engine_spec']}…", markup=False,
+                       highlight=False)
+        gateway = await asyncio.to_thread(build_gateway, trajectory_dir=str(self.out_dir / "trajectories"),
+                                          **self.options)
+        self.box["renderer"] = gateway.renderer
+        self.server = BackgroundServer(create_app(gateway))
+        self.server.__enter__()
+        return self.server.url
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.__exit__, None, None, None)
+
+
+def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agent_code.rollout.export import summarize
+
+    console = Console()
+    s = summarize(results)
+    table = Table(title="rollout summary" + (" (interrupted)" if interrupted else ""), title_justify="left")
+    for name in ("task", "rollouts", "solved", "mean reward"):
+        table.add_column(name, justify="left" if name == "task" else "right")
+    for task, t in s["tasks"].items():
+        table.add_row(task, str(t["rollouts"]), str(t["solved"]), f"{t['mean_reward']:.2f}")
+    console.print(table)
+    aborted = ", ".join(f"{k} {v}" for k, v in sorted(s["aborted"].items())) or "none"
+    console.print(f"solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']}) · samples {s['samples']} · "
+                  f"aborted: {aborted}", markup=False, highlight=False)
+    for r in results:
+        if r.abort_reason and r.error:
+            first = r.error.strip().splitlines()[0] if r.error.strip() else ""
+            console.print(f"  {r.rollout_id}: {r.abort_reason}: {first[:160]}", markup=False, highlight=False)
+    for name, path in paths.items():
+        console.print(f"{name}: {path}", markup=False, highlight=False)
+    console.print(f"report: {paths['report.html']}", markup=False, highlight=False)
+
+
+def main(argv: list[str]) -> None:
+    app(args=_ray_flag(argv), prog_name="agent-code rollout")
+
+
+def _ray_flag(argv: list[str]) -> list[str]:
+    """``--ray`` may stand alone (a local Ray instance) or take an address: normalise to ``--ray=X``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--ray":
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is not None and _RAY_ADDRESS.match(nxt):
+                out.append(f"--ray={nxt}")
+                i += 2
+                continue
+            out.append("--ray=local")
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,127 @@
+"""Writing a rollout run's outputs as it goes, so an interrupted run keeps what finished.
+
+    OUT/results.jsonl         one row per rollout (appended, flushed, as each ends)
+    OUT/samples.jsonl         every sample (appended likewise)
+    OUT/samples.parquet       all samples, written at the end (also after Ctrl-C)
+    OUT/report.html           solve rate, per-task and per-rollout tables, links below
+    OUT/inspect/<id>.html     each rollout's samples token by token (``agent-code inspect``'s view)
+    OUT/rollouts/<id>.diff    the agent's diff;  OUT/rollouts/<id>.log  its run log (stream-json)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from agent_code.rollout.runner import RolloutResult
+from agent_code.trajectory.samples import Sample
+from agent_code.trajectory.store import safe_name, write_parquet
+
+RESULTS, SAMPLES_JSONL, SAMPLES_PARQUET, REPORT = "results.jsonl", "samples.jsonl", "samples.parquet", "report.html"
+
+
+def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RunWriter:
+    def __init__(self, out_dir: str | os.PathLike, *, renderer: Any = None, title: str = "agent-code rollout") -> None:
+        self.out = Path(out_dir)
+        self.renderer, self.title = renderer, title
+        self.results: list[RolloutResult] = []
+        self.samples: list[Sample] = []
+        for name in ("rollouts", "inspect"):
+            (self.out / name).mkdir(parents=True, exist_ok=True)
+        for name in (RESULTS, SAMPLES_JSONL):      # a fresh run: no rows left from an earlier one
+            (self.out / name).write_text("")
+
+    def add(self, result: RolloutResult, samples: list[Sample]) -> None:
+        stem = safe_name(result.session_id)
+        rollouts = self.out / "rollouts"
+        (rollouts / f"{stem}.diff").write_text(result.diff, encoding="utf-8")
+        (rollouts / f"{stem}.log").write_text(result.log, encoding="utf-8")
+        if samples:
+            from agent_code.cli.inspect import render_html
+
+            page = render_html(samples, self.renderer, title=f"rollout {result.rollout_id}")
+            (self.out / "inspect" / f"{stem}.html").write_text(page, encoding="utf-8")
+        _append(self.out / SAMPLES_JSONL, (s.to_dict() for s in samples))
+        _append(self.out / RESULTS, [result.to_dict()])
+        self.results.append(result)
+        self.samples.extend(samples)
+
+    def close(self) -> dict[str, Path]:
+        """Write the parquet file and the report; returns the four output paths."""
+        parquet = write_parquet(self.samples, self.out / SAMPLES_PARQUET)
+        report = self.out / REPORT
+        report.write_text(render_report(self.results, self.title), encoding="utf-8")
+        return {"samples.jsonl": self.out / SAMPLES_JSONL, "samples.parquet": parquet,
+                "results.jsonl": self.out / RESULTS, "report.html": report}
+
+
+def summarize(results: list[RolloutResult]) -> dict[str, Any]:
+    """Solve rate and counts over rollouts, and per task."""
+    per_task: dict[str, list[RolloutResult]] = defaultdict(list)
+    for r in results:
+        per_task[r.task_id].append(r)
+    aborted: dict[str, int] = defaultdict(int)
+    for r in results:
+        if r.abort_reason:
+            aborted[r.abort_reason] += 1
+    solved = sum(r.solved for r in results)
+    return {
+        "rollouts": len(results), "solved": solved, "solve_rate": solved / len(results) if results else 0.0,
+        "mean_reward": sum(r.reward or 0.0 for r in results) / len(results) if results else 0.0,
+        "aborted": dict(aborted), "samples": sum(r.samples for r in results),
+        "turns": sum(r.turns for r in results),
+        "tasks": {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs),
+                      "mean_reward": sum(r.reward or 0.0 for r in rs) / len(rs)} for t, rs in per_task.items()},
+    }
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}.ok{color:#0a7a2f;font-weight:600}
+.bad{color:#b00020}.big{font-size:2em;font-weight:700}"""
+
+
+def _cell(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def render_report(results: list[RolloutResult], title: str = "agent-code rollout") -> str:
+    s = summarize(results)
+    e = html.escape
+    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{e(title)}</title>",
+           f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>",
+           f"<p class='big'>solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']})</p>",
+           f"<p>mean reward {s['mean_reward']:.3f} · {s['samples']} samples · {s['turns']} turns"
+           + (" · aborted: " + ", ".join(f"{e(k)} {v}" for k, v in sorted(s["aborted"].items()))
+              if s["aborted"] else "") + "</p>",
+           "<h2>tasks</h2><table><tr><th>task</th><th>rollouts</th><th>solved</th><th>mean reward</th></tr>"]
+    for task, t in s["tasks"].items():
+        out.append(f"<tr><td>{e(task)}</td><td>{t['rollouts']}</td><td>{t['solved']}</td>"
+                   f"<td>{t['mean_reward']:.3f}</td></tr>")
+    out.append("</table><h2>rollouts</h2><table><tr><th>rollout</th><th>reward</th><th>applied</th><th>exit</th>"
+               "<th>status</th><th>turns</th><th>trained tokens</th><th>agent s</th><th>total s</th>"
+               "<th>trajectory</th><th>diff</th><th>log</th></tr>")
+    for r in sorted(results, key=lambda r: (r.task_id, r.sample)):
+        stem = e(safe_name(r.session_id), quote=True)
+        status = r.status if not r.abort_reason else f"{r.status}: {r.abort_reason}"
+        cls = "ok" if r.solved else "bad" if r.abort_reason else ""
+        link = f"<a href='inspect/{stem}.html'>inspect</a>" if r.samples else "-"
+        out.append(f"<tr><td>{e(r.rollout_id)}</td><td class='{cls}'>{_cell(r.reward)}</td>"
+                   f"<td>{_cell(r.applied_cleanly)}</td><td>{_cell(r.agent_exit_code)}</td>"
+                   f"<td title='{e(r.error or '', quote=True)}'>{e(status)}</td><td>{r.turns}</td>"
+                   f"<td>{r.tokens.get('trained', 0)}</td><td>{r.timings.get('agent', 0):.1f}</td>"
+                   f"<td>{r.timings.get('total', 0):.1f}</td><td>{link}</td>"
+                   f"<td><a href='rollouts/{stem}.diff'>diff</a></td><td><a href='rollouts/{stem}.log'>log</a></td></tr>")
+    out.append("</table></body></html>")
+    return "\n".join(out)

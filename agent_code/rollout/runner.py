@@ -1,0 +1,242 @@
+"""One rollout (task × sample), top to bottom, and many of them at a bounded concurrency.
+
+    open a gateway session (id = ``<task>.<k>``)
+    sandbox   create → copy the repo at its commit, run set-up → write the problem
+    harness   launch the CLI agent headless against the gateway, wait with a time budget
+    tasks     git diff → grade in a fresh sandbox with the test files restored
+    gateway   finish the session with the reward → samples
+    sandbox   destroy (every process killed, the temp dir gone)
+
+Nothing here is fatal to a run: a rollout that fails at any step is returned as a
+:class:`RolloutResult` with ``status`` ``"aborted"`` and its ``abort_reason`` (``boot``,
+``launch``, ``budget``, ``agent_crash``, ``empty_trajectory``, ``grade_error``,
+``gateway``, ``interrupted``), and whatever samples it produced. Cancelling :func:`run_all`
+(Ctrl-C) stops the rollouts in flight, records them as ``interrupted``, and keeps the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+from agent_code.harness import get_harness
+from agent_code.harness.base import AgentRun, Launch
+from agent_code.rollout.client import GatewayClient, GatewayClientError
+from agent_code.sandbox import create_sandbox
+from agent_code.trajectory.samples import Sample
+
+ABORT_REASONS = ("boot", "launch", "budget", "agent_crash", "empty_trajectory", "grade_error", "gateway",
+                 "interrupted")
+OK_EXIT_CODES = {"agent-code": (0, 3)}   # agent-code exits 3 at --max-steps: an answer, not a crash
+
+
+@dataclass
+class RolloutConfig:
+    agent: str = "agent-code"
+    sandbox: str = "local"
+    samples_per_task: int = 1
+    concurrency: int = 1
+    budget: float = 600.0             # seconds for the agent (a task's own ``timeout`` wins)
+    grade_timeout: float = 300.0
+    partial: bool = False             # reward = fraction of listed tests passing
+    model: str = "agent-code-local"
+    max_steps: int = 30               # for agents with a step cap (agent-code)
+    max_turns: int | None = None      # the gateway refuses turns beyond this (429)
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    rollout_id: str
+    task_id: str
+    sample: int
+    session_id: str
+    agent: str
+    status: str = "completed"         # completed | aborted
+    abort_reason: str | None = None
+    error: str | None = None
+    agent_exit_code: int | None = None
+    reward: float | None = None
+    applied_cleanly: bool | None = None
+    tests_passed: list[str] = field(default_factory=list)
+    tests_failed: list[str] = field(default_factory=list)
+    diff_bytes: int = 0
+    turns: int = 0
+    samples: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "response": 0, "trained": 0})
+    timings: dict[str, float] = field(default_factory=dict)
+    diff: str = ""
+    log: str = ""
+
+    @property
+    def solved(self) -> bool:
+        return (self.reward or 0.0) >= 1.0
+
+    def abort(self, reason: str, error: str | None = None) -> None:
+        if self.abort_reason is None:       # the first cause is the one that counts
+            self.status, self.abort_reason = "aborted", reason
+            self.error = error
+        elif error and not self.error:
+            self.error = error
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``results.jsonl`` row: everything but the diff and the log (saved beside it)."""
+        row = asdict(self)
+        row.pop("diff")
+        row.pop("log")
+        return row
+
+
+def rollout_ids(task_id: str, k: int) -> tuple[str, str]:
+    """(rollout id, session id) of sample ``k`` of a task; the session id is the CLI's API key."""
+    return f"{task_id}/{k}", f"{task_id}.{k}"
+
+
+class _Clock:
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings, self.t = timings, time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.timings[name] = round(self.timings.get(name, 0.0) + now - self.t, 4)
+        self.t = now
+
+
+async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayClient, *,
+                      gateway_url: str | None = None) -> tuple[RolloutResult, list[Sample]]:
+    """Run sample ``k`` of ``task`` against the gateway behind ``client``; never raises for a
+    failed rollout (only for cancellation, after cleaning up)."""
+    from agent_code.tasks import collect_diff, grade, prepare_workspace
+
+    rollout_id, session_id = rollout_ids(task.id, k)
+    result = RolloutResult(rollout_id, task.id, k, session_id, config.agent)
+    started = time.monotonic()
+    clock = _Clock(result.timings)
+    samples: list[Sample] = []
+    try:
+        await client.open_session(session_id, max_turns=config.max_turns)
+    except GatewayClientError as exc:
+        result.abort("gateway", str(exc))
+        result.timings["total"] = round(time.monotonic() - started, 4)
+        return result, samples
+    clock.lap("open")
+    run: AgentRun | None = None
+    box = create_sandbox(config.sandbox, **config.sandbox_options)
+    try:
+        try:
+            await box.__aenter__()
+            clock.lap("boot")
+            await prepare_workspace(box, task)
+            clock.lap("prep")
+        except Exception as exc:
+            result.abort("boot", f"{type(exc).__name__}: {exc}")
+        if result.abort_reason is None:
+            harness = get_harness(config.agent)
+            launch = Launch(base_url=gateway_url or client.base_url, session_id=session_id, model=config.model,
+                            prompt=task.problem_statement, workdir=box.workdir, home=box.home,
+                            max_steps=config.max_steps)
+            run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))
+            clock.lap("agent")
+            result.agent_exit_code, result.log = run.exit_code, run.log
+            if run.error:
+                result.abort("launch", run.error)
+            elif run.timed_out:
+                result.abort("budget", f"the agent ran past its budget of {config.budget:g} s and was killed")
+            elif run.exit_code not in OK_EXIT_CODES.get(config.agent, (0,)):
+                result.abort("agent_crash", f"the agent exited with code {run.exit_code}: {run.log[-500:]}")
+            try:
+                result.diff = await collect_diff(box)
+            except Exception as exc:
+                result.abort("grade_error", f"collecting the diff failed: {exc}")
+            result.diff_bytes = len(result.diff.encode())
+            clock.lap("diff")
+    finally:
+        await asyncio.shield(box.__aexit__(None, None, None))
+        clock.lap("teardown")
+
+    if result.abort_reason not in ("boot", "launch") and run is not None:
+        try:
+            verdict = await grade(task, result.diff, lambda: create_sandbox(config.sandbox, **config.sandbox_options),
+                                  partial=config.partial)
+            result.reward, result.applied_cleanly = verdict.reward, verdict.applied_cleanly
+            result.tests_passed, result.tests_failed = list(verdict.passed), list(verdict.failed)
+            if verdict.error:
+                result.abort("grade_error", verdict.error)
+        except Exception as exc:
+            result.abort("grade_error", f"{type(exc).__name__}: {exc}")
+        clock.lap("grade")
+
+    samples = await _finish(client, result)
+    clock.lap("finish")
+    result.timings["total"] = round(time.monotonic() - started, 4)
+    return result, samples
+
+
+async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample]:
+    """Close the gateway session with the reward; the samples' token counts go in the result."""
+    metadata = {"task_id": result.task_id, "sample": result.sample, "agent": result.agent,
+                "applied_cleanly": result.applied_cleanly, "abort_reason": result.abort_reason}
+    status = "aborted" if result.abort_reason in ("budget", "agent_crash", "interrupted") else None
+    try:
+        samples = await client.finish(result.session_id, reward=result.reward, metadata=metadata,
+                                      rollout_id=result.rollout_id, status=status)
+    except GatewayClientError as exc:
+        result.abort("gateway", f"finishing the session failed: {exc}")
+        return []
+    turns: set[int] = set()
+    for s in samples:
+        turns.update(s.metadata.get("turn_indices", ()))
+        result.tokens["prompt"] += s.prompt_length
+        result.tokens["response"] += s.response_length
+        result.tokens["trained"] += s.trained_tokens
+    result.samples = len(samples)
+    result.turns = len(turns)
+    if not samples and result.abort_reason is None:
+        result.abort("empty_trajectory", "the agent made no model call through the gateway")
+    return samples
+
+
+OnResult = Callable[[RolloutResult, list[Sample]], Awaitable[None] | None]
+
+
+async def run_all(tasks: Sequence[Any], config: RolloutConfig, gateway_url: str, *,
+                  on_result: OnResult | None = None, on_start: Callable[[str], None] | None = None
+                  ) -> list[RolloutResult]:
+    """Every (task, sample) pair, at most ``config.concurrency`` at a time; ``on_result`` sees
+    each as it ends. Cancelled (Ctrl-C): rollouts in flight are recorded as ``interrupted``."""
+    gate = asyncio.Semaphore(max(1, config.concurrency))
+    results: list[RolloutResult] = []
+
+    async def deliver(result: RolloutResult, samples: list[Sample]) -> None:
+        results.append(result)
+        if on_result is not None:
+            maybe = on_result(result, samples)
+            if asyncio.iscoroutine(maybe):
+                await maybe
+
+    async with GatewayClient(gateway_url) as client:
+        async def one(task: Any, k: int) -> None:
+            async with gate:
+                if on_start is not None:
+                    on_start(rollout_ids(task.id, k)[0])
+                try:
+                    result, samples = await run_rollout(task, k, config, client)
+                except asyncio.CancelledError:
+                    rid, sid = rollout_ids(task.id, k)
+                    stopped = RolloutResult(rid, task.id, k, sid, config.agent)
+                    stopped.abort("interrupted", "stopped by the user")
+                    await deliver(stopped, [])
+                    raise
+                await deliver(result, samples)
+
+        jobs = [asyncio.ensure_future(one(task, k)) for task in tasks for k in range(config.samples_per_task)]
+        try:
+            await asyncio.gather(*jobs)
+        except asyncio.CancelledError:
+            for job in jobs:
+                job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+            raise
+    return results

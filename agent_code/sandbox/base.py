@@ -1,0 +1,163 @@
+"""The sandbox protocol: a place to copy a repository into, run commands in, and throw away.
+
+Every backend (``local``, ``docker``, ``e2b``) is an async context manager::
+
+    async with create_sandbox("local") as box:
+        await box.upload("/path/to/repo", box.workdir)
+        result = await box.exec("pytest -q", user="agent", timeout=60)
+        job = await box.start("long command", user="agent")   # detached
+        result = await box.wait(job, budget=600)                # killed at the budget
+
+``user`` is ``"root"`` (the sandbox's privileged user: set-up, grading) or ``"agent"`` (the
+unprivileged user the CLI agent runs as). Paths are paths *inside* the sandbox; ``workdir``
+is where the task's repository lives, ``home`` the agent's home directory.
+
+Detached commands write their output to a log file and, when they end, their exit code to a
+marker file beside it; :meth:`Sandbox.wait` polls the marker, so a long agent run survives a
+dropped connection to a remote sandbox. At the budget the whole process group is killed.
+Leaving the context kills everything still running in the sandbox and removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+USERS = ("root", "agent")
+
+
+class SandboxError(Exception):
+    """The sandbox could not be created, reached, or used (not a command's own failure)."""
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None          # None: killed at its timeout / budget
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def output(self, limit: int = 4000) -> str:
+        """stdout and stderr together, the tail kept when long (for error messages)."""
+        text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+        return text if len(text) <= limit else "…" + text[-limit:]
+
+
+@dataclass
+class Job:
+    """A detached command: its log and exit-code marker live inside the sandbox."""
+    id: str
+    command: str
+    log_path: str
+    marker_path: str
+    started: float = field(default_factory=time.monotonic)
+    handle: Any = None             # backend-specific (a local process, a remote pid)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    name: str
+    workdir: str
+    home: str
+
+    async def __aenter__(self) -> "Sandbox": ...
+
+    async def __aexit__(self, *exc: Any) -> None: ...
+
+    async def exec(self, cmd: str | list[str], *, user: str = "root", env: Mapping[str, str] | None = None,
+                   timeout: float | None = None, cwd: str | None = None) -> ExecResult: ...
+
+    async def write_file(self, path: str, data: str | bytes, *, user: str = "root", mode: int = 0o644) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None: ...
+
+    async def give_to_agent(self, path: str) -> None:
+        """Make ``path`` (recursively) owned by the agent user, e.g. after root's set-up."""
+        ...
+
+    async def start(self, cmd: str, *, user: str = "root", env: Mapping[str, str] | None = None,
+                    cwd: str | None = None) -> Job: ...
+
+    async def wait(self, job: Job, budget: float | None = None) -> ExecResult: ...
+
+    async def kill(self, job: Job) -> None: ...
+
+
+def check_user(user: str) -> str:
+    if user not in USERS:
+        raise SandboxError(f"unknown sandbox user '{user}' (choose from {', '.join(USERS)})")
+    return user
+
+
+def as_shell(cmd: str | list[str]) -> str:
+    """A command line for ``sh -c``: a string as it is, an argv list quoted."""
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)
+
+
+def marker_wrapped(cmd: str, log_path: str, marker_path: str) -> str:
+    """``cmd`` with its output sent to ``log_path`` and its exit code written to ``marker_path``
+    (atomically, via a rename) when it ends."""
+    log, marker = shlex.quote(log_path), shlex.quote(marker_path)
+    return (f"( {cmd} ) >{log} 2>&1 </dev/null; echo $? >{marker}.tmp && mv {marker}.tmp {marker}")
+
+
+class PollingJobs:
+    """``start``/``wait``/``kill`` for backends that only have ``exec`` and ``read_file``: the job
+    runs under ``setsid`` in the background, ``wait`` polls its marker file."""
+
+    poll_interval = 0.2
+
+    async def start(self, cmd: str, *, user: str = "root", env: Mapping[str, str] | None = None,
+                    cwd: str | None = None) -> Job:
+        import uuid
+
+        job_id = uuid.uuid4().hex[:12]
+        base = f"{self.home}/.jobs/{job_id}"  # type: ignore[attr-defined]
+        job = Job(job_id, cmd, f"{base}.log", f"{base}.exit")
+        inner = marker_wrapped(cmd, job.log_path, job.marker_path)
+        launch = (f"mkdir -p {shlex.quote(self.home)}/.jobs && "  # type: ignore[attr-defined]
+                  f"setsid sh -c {shlex.quote(inner)} >/dev/null 2>&1 & echo $!")
+        result = await self.exec(launch, user=user, env=env, cwd=cwd, timeout=30)  # type: ignore[attr-defined]
+        if not result.ok or not result.stdout.strip().isdigit():
+            raise SandboxError(f"could not start a detached command: {result.output()}")
+        job.handle = int(result.stdout.strip())
+        return job
+
+    async def _exit_code(self, job: Job) -> int | None:
+        try:
+            raw = await self.read_file(job.marker_path)  # type: ignore[attr-defined]
+        except (FileNotFoundError, SandboxError):
+            return None
+        text = raw.decode(errors="replace").strip()
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    async def _log(self, job: Job) -> str:
+        try:
+            return (await self.read_file(job.log_path)).decode(errors="replace")  # type: ignore[attr-defined]
+        except (FileNotFoundError, SandboxError):
+            return ""
+
+    async def wait(self, job: Job, budget: float | None = None) -> ExecResult:
+        deadline = None if budget is None else job.started + budget
+        while True:
+            code = await self._exit_code(job)
+            if code is not None:
+                return ExecResult(code, await self._log(job), "", time.monotonic() - job.started)
+            if deadline is not None and time.monotonic() >= deadline:
+                await self.kill(job)
+                return ExecResult(None, await self._log(job), "", time.monotonic() - job.started, timed_out=True)
+            await asyncio.sleep(self.poll_interval)
+
+    async def kill(self, job: Job) -> None:
+        if job.handle:
+            await self.exec(f"kill -KILL -- -{int(job.handle)} 2>/dev/null; true", timeout=30)  # type: ignore[attr-defined]
