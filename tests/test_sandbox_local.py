@@ -11,6 +11,7 @@ import pytest
 
 from agent_code.sandbox import SandboxError, create_sandbox
 from agent_code.sandbox.local import MARKER, isolation_available
+from rollout_fixtures import processes_with_env
 
 isolated_only = pytest.mark.skipif(not isolation_available(), reason="needs root with unshare/setpriv/prlimit")
 
@@ -20,17 +21,8 @@ def run(coro):
 
 
 def marked_processes(sandbox_id: str) -> list[int]:
-    """Host pids whose environment carries this sandbox's marker: its processes, wherever they went."""
-    needle = f"{MARKER}={sandbox_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
+    """Host pids carrying this sandbox's marker: its processes, wherever they went."""
+    return processes_with_env(f"{MARKER}={sandbox_id}")
 
 
 def test_commands_run_in_the_workspace_with_a_minimal_environment(monkeypatch):

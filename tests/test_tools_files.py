@@ -66,12 +66,14 @@ def err(result: ToolResult) -> str:
 
 # --- registry -------------------------------------------------------------------------
 
-def test_default_tools_are_registered_read_only_with_descriptions() -> None:
+def test_default_tools_are_registered_with_kinds_and_descriptions() -> None:
     registry = default_tools()
-    assert [t.name for t in registry.list()] == [
-        "echo", "system_date", "read_file", "list_files", "glob", "grep", "project_tree"]
+    assert {t.name: t.kind for t in registry.list()} == {
+        "echo": "read", "system_date": "read", "read_file": "read", "list_files": "read",
+        "glob": "read", "grep": "read", "project_tree": "read",
+        "edit_file": "edit", "write_file": "edit", "bash": "execute"}
     for t in registry.list():
-        assert t.read_only
+        assert t.read_only == (t.kind == "read")
         assert len(t.description) > 40
         for name, spec in t.input_schema["properties"].items():
             assert spec.get("description"), f"{t.name}.{name} has no description"

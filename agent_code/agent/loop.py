@@ -5,6 +5,11 @@ for tools, every ``tool_use`` gets a ``tool_result`` (same id, same order) and a
 them go back together in the next **user** message, as the protocol requires. The loop
 stops on a reply without tool calls, or after ``max_steps`` model calls.
 
+Before a tool runs, the loop asks its :class:`PermissionPolicy` (``agent/permissions.py``)
+whether the call may run; the policy decides from the tool's ``kind``, never its name. A
+denied call is not run: its ``tool_result`` is the denial (``is_error: true``), and the
+call is listed in the result's ``permission_denials``.
+
 Everything the loop does is reported through ``on_event`` as plain JSON-able dicts
 (``assistant``, ``tool_use``, ``tool_result``, ``result``); the CLI renders them as text
 or streams them as JSON lines, and a harness can follow a headless run from them.
@@ -17,9 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agent_code.agent.permissions import PermissionMode, PermissionPolicy
 from agent_code.providers.base import ModelProvider, ProviderError
 from agent_code.tools.base import ToolContext, ToolRegistry
-from agent_code.types import ModelResponse, ToolResult, Usage
+from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage
 
 # The lesson stops at 8 model calls. A real task (find the code, read it, edit, run the
 # tests, fix, re-run) routinely takes 20-40 tool calls; 8 would cut most of them off
@@ -39,6 +45,7 @@ class AgentResult:
     messages: list[dict[str, Any]]
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    permission_denials: list[dict[str, Any]] = field(default_factory=list)  # calls refused this run
 
     @property
     def ok(self) -> bool:
@@ -75,6 +82,9 @@ class Agent:
         system: str | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         on_event: Callable[[Event], None] | None = None,
+        permissions: PermissionPolicy | PermissionMode | str | None = None,
+        after_tool: list[Callable[[ToolCall, ToolResult], ToolResult]] | None = None,
+        on_stop: list[Callable[["AgentResult"], str | None]] | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -84,8 +94,13 @@ class Agent:
         self.system = system
         self.max_steps = max_steps
         self.on_event = on_event or (lambda event: None)
+        self.permissions = PermissionPolicy.of(permissions)  # None: the default mode
         self.messages: list[dict[str, Any]] = []
         self.usage = Usage()
+        # extension points (hooks): each after_tool callback may replace a call's result;
+        # an on_stop callback that returns text keeps the agent going with it as a user message
+        self.after_tool = list(after_tool or [])
+        self.on_stop = list(on_stop or [])
 
     def _add_user_text(self, prompt: str) -> None:
         block = {"type": "text", "text": prompt}
@@ -100,22 +115,37 @@ class Agent:
         started = time.monotonic()
         checkpoint = len(self.messages)
         usage = Usage()
+        denials: list[dict[str, Any]] = []
         try:
             self._add_user_text(prompt)
-            result = self._loop(usage)
+            result = self._loop(usage, denials)
         except KeyboardInterrupt:
             # leave a history the API accepts: no tool_use without its tool_result
             del self.messages[checkpoint:]
             raise
         self.usage.add(usage)
+        result.permission_denials = denials
         self.on_event({
             "type": "result", "subtype": result.status, "is_error": not result.ok, "result": result.final,
             "error": result.error, "num_steps": result.steps, "usage": _usage_dict(usage),
-            "duration_ms": int((time.monotonic() - started) * 1000),
+            "duration_ms": int((time.monotonic() - started) * 1000), "permission_denials": denials,
         })
         return result
 
-    def _loop(self, usage: Usage) -> AgentResult:
+    def _run_tool(self, call: ToolCall, denials: list[dict[str, Any]]) -> ToolResult:
+        """Run one call if the permission policy allows it; a denial becomes its result."""
+        t = self.tools.get(call.name)
+        if t is not None:  # unknown tools are reported by the registry
+            decision = self.permissions.check(t, call.arguments)
+            if not decision.allowed:
+                denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.arguments})
+                return ToolResult(call.id, decision.message, is_error=True)
+        result = self.tools.run(call, self.ctx)
+        for hook in self.after_tool:
+            result = hook(call, result)
+        return result
+
+    def _loop(self, usage: Usage, denials: list[dict[str, Any]]) -> AgentResult:
         schemas = self.tools.schemas()
         seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
@@ -130,12 +160,17 @@ class Agent:
                            "stop_reason": response.stop_reason, "usage": _usage_dict(response.usage)})
             calls = response.tool_calls
             if not calls:
-                return AgentResult(response.text, "success", step, self.messages, usage)
+                done = AgentResult(response.text, "success", step, self.messages, usage)
+                more = next((text for hook in self.on_stop if (text := hook(done))), None)
+                if more is None or step == self.max_steps:
+                    return done
+                self._add_user_text(more)
+                continue
             results = []
             for call in calls:
                 self.on_event({"type": "tool_use", "step": step, "id": call.id, "name": call.name,
                                "input": call.arguments})
-                result = self.tools.run(call, self.ctx)
+                result = self._run_tool(call, denials)
                 key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
                 if key in seen:
                     # small models loop; say so plainly instead of silently repeating the output

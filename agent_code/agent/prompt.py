@@ -1,4 +1,9 @@
-"""The default system prompt."""
+"""The default system prompt.
+
+The base text says how to work; one line more says what the permission mode allows, so
+the model does not spend turns on calls that will be refused (it would still be told so,
+by the denial itself).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,29 @@ SYSTEM_PROMPT = """\
 You are agent-code, a coding agent working in the project at {cwd}.
 Use the tools to look at the code before you answer: list and search files, then read
 what matters. File paths are relative to that directory; you cannot reach outside it.
+To change a file, read it with read_file first, then use edit_file (an exact old_string
+that occurs once) or write_file; use bash to run commands such as the tests.
 You have no clock: ask the system_date tool for the date or time.
-When a tool returns an error, read it and try again differently.
+When a tool returns an error, read it and try again differently; when it says permission
+denied, do not retry that tool.
 Answer concisely; cite files as path:line where it helps."""
 
+MODE_NOTES = {
+    "default": "Permission mode: default. You may read and search; file edits and commands "
+               "will be refused in this run, so describe the changes you would make.",
+    "acceptEdits": "Permission mode: acceptEdits. You may read and edit files; commands (bash) "
+                   "will be refused.",
+    "plan": "Permission mode: plan. Only read and search: investigate, then give a plan for "
+            "the change as your answer; edits and commands will be refused.",
+    "bypassPermissions": "Permission mode: bypassPermissions. You may read, edit files and run "
+                         "commands.",
+}
 
-def system_prompt(cwd: Path) -> str:
-    return SYSTEM_PROMPT.format(cwd=cwd)
+
+def system_prompt(cwd: Path, permission_mode: str | None = None) -> str:
+    """The system prompt for a project at ``cwd``; with ``permission_mode`` (a mode's name)
+    a line saying what that mode allows."""
+    text = SYSTEM_PROMPT.format(cwd=cwd)
+    if permission_mode is not None:
+        text += "\n" + MODE_NOTES[str(getattr(permission_mode, "value", permission_mode))]
+    return text

@@ -51,7 +51,7 @@ def rollout(
     from agent_code.rollout.runner import RolloutConfig
     from agent_code.tasks import bundled_tasks_path, load_tasks
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     path = bundled_tasks_path() if tasks_file == "bundled" else Path(tasks_file)
     try:
         tasks = load_tasks(path)
@@ -115,6 +115,10 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
         counts["aborted"] += bool(result.abort_reason)
         last = f"{result.rollout_id}: reward {result.reward}" + (f" ({result.abort_reason})" if result.abort_reason else "")
         progress.update(bar, advance=1, last=last, **counts)
+        if not err.is_terminal:  # a log, not a terminal: one line per rollout instead of a live bar
+            done = int(progress.tasks[0].completed)
+            err.print(f"[{done}/{progress.tasks[0].total:g}] {last} · {result.turns} turns · "
+                      f"{result.timings.get('total', 0):.1f} s", markup=False, highlight=False)
 
     interrupted = False
     try:
@@ -198,7 +202,7 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
 
     from agent_code.rollout.export import summarize
 
-    console = Console()
+    console = Console(soft_wrap=True)
     s = summarize(results)
     table = Table(title="rollout summary" + (" (interrupted)" if interrupted else ""), title_justify="left")
     for name in ("task", "rollouts", "solved", "mean reward"):

@@ -15,6 +15,7 @@ import typer
 
 from agent_code import __version__
 from agent_code.agent.loop import DEFAULT_MAX_STEPS
+from agent_code.agent.permissions import PermissionMode
 
 EXIT_OK, EXIT_ERROR, EXIT_MAX_STEPS, EXIT_INTERRUPTED = 0, 1, 3, 130
 
@@ -65,6 +66,11 @@ def run(
     max_steps: int = typer.Option(DEFAULT_MAX_STEPS, "--max-steps", min=1, help="Most model calls per prompt."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Most tokens per model reply."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--output-format", help="text, json or stream-json."),
+    permission_mode: PermissionMode = typer.Option(
+        PermissionMode.DEFAULT, "--permission-mode",
+        help="What tools may do: default (read only: edits and commands are refused, nobody can "
+             "approve them), acceptEdits (read and edit files), plan (read only), "
+             "bypassPermissions (read, edit and run commands)."),
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
@@ -107,9 +113,10 @@ def run(
     tools = default_tools()
     renderer.header({"cwd": str(root), "provider": llm.name, "model": llm.model,
                      "base_url": getattr(llm, "base_url", None), "tools": [t.name for t in tools.list()],
-                     "max_steps": max_steps, "version": __version__})
-    agent = Agent(llm, tools, ToolContext(root), system=system_prompt(root), max_steps=max_steps,
-                  on_event=renderer)
+                     "max_steps": max_steps, "permission_mode": permission_mode.value,
+                     "version": __version__})
+    agent = Agent(llm, tools, ToolContext(root), system=system_prompt(root, permission_mode.value),
+                  max_steps=max_steps, on_event=renderer, permissions=permission_mode)
 
     if prompt is None:
         raise typer.Exit(_repl(agent))

@@ -22,13 +22,13 @@ wait (cancellably), for tests of timeouts and cancellation.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from agent_code.engines.base import EngineError, Generation
+from agent_code.jsonl import read_jsonl
 from agent_code.protocols.canonical import SamplingParams
 
 _FIELDS = {"text", "session", "finish_reason", "logprobs", "delay"}
@@ -71,22 +71,9 @@ class ScriptedEngine:
         self.used = 0
 
     def _load(self) -> list[ScriptedReply]:
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ScriptError(f"cannot read the engine script {self.path}: {exc}") from exc
         eot = list(self.renderer.end_of_turn_ids)
-        replies = []
-        for number, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            where = f"{self.path}:{number}"
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ScriptError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
-            replies.append(self._reply(obj, number, where, eot))
-        return replies
+        return [self._reply(obj, number, where, eot)
+                for number, where, obj in read_jsonl(self.path, ScriptError, "the engine script")]
 
     def _reply(self, obj: Any, number: int, where: str, eot: list[int]) -> ScriptedReply:
         if not isinstance(obj, dict):

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent_code.jsonl import read_jsonl
 from agent_code.providers.base import ProviderError
 from agent_code.types import ModelResponse
 
@@ -21,20 +22,7 @@ BLOCK_TYPES = {"text", "tool_use", "thinking", "redacted_thinking"}
 
 def load_script(path: str | Path) -> list[ModelResponse]:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ProviderError(f"cannot read script {path}: {exc.strerror or exc}") from None
-    turns: list[ModelResponse] = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ProviderError(f"{where}: invalid JSON: {exc.msg}") from None
-        turns.append(_turn(data, where))
+    turns = [_turn(data, where) for _, where, data in read_jsonl(path, ProviderError, "script")]
     if not turns:
         raise ProviderError(f"script {path} has no turns")
     return turns

@@ -160,4 +160,4 @@ class PollingJobs:
 
     async def kill(self, job: Job) -> None:
         if job.handle:
-            await self.exec(f"kill -KILL -- -{int(job.handle)} 2>/dev/null; true", timeout=30)  # type: ignore[attr-defined]
+            await self.exec(f"kill -s KILL -- -{int(job.handle)} 2>/dev/null; true", timeout=30)  # type: ignore[attr-defined]

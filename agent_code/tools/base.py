@@ -8,11 +8,24 @@ so the schema and the code cannot drift apart.
 Tools signal a problem the model should see by raising :class:`ToolError`. The
 :class:`ToolRegistry` turns that, bad arguments, unknown tool names and even unexpected
 exceptions into ``is_error`` results: a tool never ends the run.
+
+Every tool has a ``kind`` (:data:`ToolKind`): ``read`` (looks, changes nothing), ``edit``
+(changes files in the project) or ``execute`` (runs commands, so it can do anything). The
+kind is the tool's *policy*: the permission layer (``agent_code.agent.permissions``)
+decides from it whether a call may run, so no code ever special-cases a tool's name.
+
+The :class:`ToolContext` carries what tools share during one session besides the root:
+:class:`FileState` (which files the model has read, and what they looked like then; the
+edit tools refuse to change a file the model has not seen, or one that changed since)
+and :class:`Backup` records of every file's content before a tool changed it (the hook
+for a later ``/undo``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -28,11 +41,66 @@ class ToolError(Exception):
     """A failure the model should read and can recover from (``is_error: true``)."""
 
 
+ToolKind = Literal["read", "edit", "execute"]
+TOOL_KINDS: tuple[str, ...] = get_args(ToolKind)
+
+
+# --- session state shared by the tools ------------------------------------------------
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a file looked like when the model last saw it (read it, or wrote it).
+
+    Two stamps are equal only when mtime, size *and* content agree: mtimes tick coarsely
+    (a same-size rewrite within one tick keeps the mtime), so the digest closes that gap.
+    """
+
+    mtime_ns: int
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, path: Path, data: bytes) -> "FileStamp":
+        """The stamp of ``path`` whose content is ``data`` (stat taken now)."""
+        st = os.stat(path)
+        return cls(st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest())
+
+
+@dataclass
+class FileState:
+    """Which files the model has seen in this session, keyed by resolved (real) path."""
+
+    stamps: dict[Path, FileStamp] = field(default_factory=dict)
+
+    def record(self, path: Path, data: bytes) -> FileStamp:
+        stamp = FileStamp.of(path, data)
+        self.stamps[Path(path)] = stamp
+        return stamp
+
+    def get(self, path: Path) -> FileStamp | None:
+        return self.stamps.get(Path(path))
+
+
+@dataclass(frozen=True)
+class Backup:
+    """A file's content just before a tool changed it; ``before is None``: it did not exist."""
+
+    path: Path
+    before: bytes | None
+    tool: str
+
+
 @dataclass
 class ToolContext:
-    """What a tool may touch. ``root`` is the ``--cwd`` boundary, already resolved."""
+    """What a tool may touch. ``root`` is the ``--cwd`` boundary, already resolved.
+
+    ``files`` and ``backups`` are session state: one context lives as long as one agent
+    conversation, so a read in one turn allows an edit in a later one.
+    """
 
     root: Path
+    files: FileState = field(default_factory=FileState)
+    backups: list[Backup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -44,7 +112,16 @@ class Tool:
     description: str
     input_schema: dict[str, Any]
     fn: Callable[..., str]
-    read_only: bool = True
+    kind: ToolKind = "read"
+
+    def __post_init__(self) -> None:
+        if self.kind not in TOOL_KINDS:
+            raise ValueError(f"tool '{self.name}': kind must be one of {TOOL_KINDS}, got {self.kind!r}")
+
+    @property
+    def read_only(self) -> bool:
+        """True for tools that change nothing (kind ``read``)."""
+        return self.kind == "read"
 
     def to_anthropic(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -96,13 +173,14 @@ def schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-def tool(name: str | None = None, *, read_only: bool = True) -> Callable[[Callable[..., str]], Tool]:
-    """Decorator: ``@tool()`` turns ``def f(ctx, a: Annotated[str, "doc"]) -> str`` into a Tool."""
+def tool(name: str | None = None, *, kind: ToolKind = "read") -> Callable[[Callable[..., str]], Tool]:
+    """Decorator: ``@tool()`` turns ``def f(ctx, a: Annotated[str, "doc"]) -> str`` into a Tool;
+    ``@tool(kind="edit")`` / ``@tool(kind="execute")`` for tools that change things."""
 
     def wrap(fn: Callable[..., str]) -> Tool:
         doc = inspect.cleandoc(fn.__doc__ or "").strip()
         return Tool(name=name or fn.__name__, description=doc, input_schema=schema_from_signature(fn),
-                    fn=fn, read_only=read_only)
+                    fn=fn, kind=kind)
 
     return wrap
 

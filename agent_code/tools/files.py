@@ -1,7 +1,8 @@
 """Read-only file tools: read_file, list_files, glob, project_tree.
 
 Every path goes through :func:`paths.resolve_inside`, every tree walk through
-:func:`paths.walk`, so none of them can see past the working directory.
+:func:`paths.walk`, so none of them can see past the working directory. read_file also
+records what it showed in ``ctx.files``: the edit tools (``edit.py``) require that record.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def read_file(
     data = real.read_bytes()
     if b"\x00" in data[:paths.BINARY_SNIFF_BYTES]:
         raise ToolError(f"{path!r} is a binary file; read_file only shows text")
+    ctx.files.record(real, data)  # the model has now seen this content: edit tools may change it
     if not data:
         return f"(empty file: {printable(display(ctx, real))})"
     lines = paths.split_lines(data)

@@ -1,0 +1,317 @@
+"""The Docker sandbox: one throw-away container per sandbox, driven through the Docker SDK.
+
+``DockerSandbox(image)`` creates a container on ``__aenter__`` that only sleeps (``sleep
+infinity`` as its entrypoint, ``docker-init`` as PID 1 to reap orphans), adds an unprivileged
+``agent`` user (``useradd``, home ``/home/agent``) unless the image has one, and gives it the
+working directory (``/workspace``). Everything else goes through the engine's API:
+
+* ``exec`` is a Docker *exec* (``exec_run``) with ``user=``, ``environment=`` and ``workdir=``;
+  its timeout is enforced inside the container by ``timeout -s KILL``, which kills the
+  command's whole process group (see :func:`killing_timeout`).
+* ``write_file``/``upload`` send a tar archive built in memory (``put_archive``), its members
+  owned by the writing user; ``read_file`` unpacks ``get_archive``'s.
+* detached jobs are :class:`~agent_code.sandbox.base.PollingJobs` (``setsid`` + marker file),
+  killed with a ``kill`` that dash accepts too (:func:`kill_group_command`).
+* ``__aexit__`` removes the container with ``force=True``, which kills whatever still runs.
+
+The ``docker`` package is imported lazily, so importing this module never needs it, and every
+blocking SDK call runs in a thread (``asyncio.to_thread``). An engine that cannot be reached is a
+:class:`SandboxError` naming where it was looked for (``DOCKER_HOST`` or the default socket).
+
+The pure helpers at the top (timeouts, tar archives) are shared with the E2B backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import os
+import secrets
+import shlex
+import sys
+import tarfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+TIMEOUT_GRACE = 30.0   # how long past a command's own timeout the caller waits for its exec to end
+
+
+# --- pure helpers (also used by the E2B backend) -------------------------------------------
+
+def killing_timeout(cmd: str, timeout: float | None) -> str:
+    """``cmd`` under coreutils/busybox ``timeout -s KILL``: at the deadline the command's whole
+    process group is killed (``timeout`` puts itself and the command in a group of their own)."""
+    if timeout is None:
+        return cmd
+    return f"timeout -s KILL {max(1, math.ceil(timeout))} sh -c {shlex.quote(cmd)}"
+
+
+def ended_by_timeout(exit_code: int | None, elapsed: float, timeout: float | None) -> bool:
+    """Whether a command run under :func:`killing_timeout` was killed at its deadline: it died
+    of SIGKILL (137 from a shell, a negative code from a process supervisor) or ``timeout``'s
+    own 124, no earlier than the deadline."""
+    if timeout is None or exit_code is None:
+        return False
+    return elapsed >= timeout and (exit_code in (124, 137) or exit_code < 0)
+
+
+def kill_group_command(pgid: int) -> str:
+    """SIGKILL a process group in a way every ``sh`` takes (dash's ``kill`` rejects ``-KILL --``)."""
+    return f"kill -s KILL -- -{int(pgid)} 2>/dev/null; true"
+
+
+def _owned(info: tarfile.TarInfo, uid: int, gid: int) -> tarfile.TarInfo:
+    info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+    return info
+
+
+def tar_file(name: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0,
+             compress: bool = False) -> bytes:
+    """A tar archive (gzipped if ``compress``) holding one regular file ``name``."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz" if compress else "w") as tar:
+        info = _owned(tarfile.TarInfo(name), uid, gid)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def tar_tree(source: str | Path, *, uid: int = 0, gid: int = 0, compress: bool = False) -> bytes:
+    """A tar archive of a local file or directory. A directory's *contents* sit at the archive's
+    top level (extracted into a destination directory, they become its contents); a file sits
+    there under its own name. Modes and symlinks are kept, owners set to ``uid``/``gid``."""
+    source = Path(source)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz" if compress else "w") as tar:
+        members = sorted(source.iterdir()) if source.is_dir() else [source]
+        for member in members:
+            tar.add(member, arcname=member.name, filter=lambda info: _owned(info, uid, gid))
+    return buffer.getvalue()
+
+
+def file_from_tar(archive: bytes, path: str) -> bytes:
+    """The content of the one regular file in a tar archive (what ``get_archive`` returns for a
+    file); :class:`IsADirectoryError` when the archive holds a directory."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for info in tar:
+            if info.isfile():
+                extracted = tar.extractfile(info)
+                return extracted.read() if extracted else b""
+            if info.isdir():
+                raise IsADirectoryError(path)
+    raise SandboxError(f"no regular file at {path} (got an archive without one)")
+
+
+def resolve(path: str, workdir: str) -> str:
+    """A sandbox path: absolute as it is, relative to ``workdir``."""
+    return path if path.startswith("/") else f"{workdir.rstrip('/')}/{path}"
+
+
+# --- the backend ---------------------------------------------------------------------------
+
+class DockerSandbox(PollingJobs):
+    name = "docker"
+
+    def __init__(self, image: str = "python:3.11-slim", *, workdir: str = "/workspace",
+                 home: str = "/home/agent", agent_user: str = "agent", base_url: str | None = None,
+                 pull: bool = True, network_mode: str | None = None, mem_limit: str | None = None,
+                 nano_cpus: int | None = None, env: Mapping[str, str] | None = None,
+                 run_options: Mapping[str, Any] | None = None) -> None:
+        self.image = image
+        self.workdir, self.home = workdir, home
+        self.agent_user = agent_user
+        self.base_url = base_url
+        self.pull = pull
+        self.env = dict(env or {})
+        limits = {"network_mode": network_mode, "mem_limit": mem_limit, "nano_cpus": nano_cpus}
+        self.run_options = {k: v for k, v in limits.items() if v is not None}
+        self.run_options.update(run_options or {})
+        self.id = secrets.token_hex(6)
+        self.agent_uid = self.agent_gid = 0
+        self._client: Any = None
+        self._container: Any = None
+
+    @property
+    def host(self) -> str:
+        return self.base_url or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._client = await asyncio.to_thread(self._connect)
+        try:
+            await asyncio.to_thread(self._ensure_image)
+            self._container = await asyncio.to_thread(self._create_container)
+            await self._set_up_users()
+        except BaseException:
+            await self.__aexit__(*sys.exc_info())
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        container, client = self._container, self._client
+        self._container = self._client = None
+        if container is not None:
+            try:
+                await asyncio.to_thread(container.remove, force=True, v=True)
+            except Exception as e:  # already gone: fine; anything else is worth saying, unless
+                gone = "No such container" in str(e) or "already in progress" in str(e)
+                if not gone and not (exc and exc[0] is not None):  # it would hide another error
+                    raise SandboxError(f"could not remove container {container.short_id}: {e}") from e
+        if client is not None:
+            await asyncio.to_thread(client.close)
+
+    def _connect(self) -> Any:
+        try:
+            import docker
+        except ImportError as e:
+            raise SandboxError("the docker sandbox needs the Docker SDK: pip install 'agent-code[remote]'") from e
+        try:
+            client = docker.DockerClient(base_url=self.base_url) if self.base_url else docker.from_env()
+            client.ping()
+        except Exception as e:
+            raise SandboxError(f"no Docker engine at {self.host} ({type(e).__name__}: {e})") from e
+        return client
+
+    def _ensure_image(self) -> None:
+        import docker
+
+        try:
+            self._client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            if not self.pull:
+                raise SandboxError(f"image {self.image} is not on the Docker engine at {self.host} "
+                                   "(and pull=False)") from None
+            try:
+                self._client.images.pull(self.image)
+            except docker.errors.APIError as e:
+                raise SandboxError(f"could not pull image {self.image}: {e}") from e
+
+    def _create_container(self) -> Any:
+        import docker
+
+        try:
+            return self._client.containers.run(
+                self.image, entrypoint=["sleep", "infinity"], detach=True, init=True,
+                working_dir="/", name=f"agent-code-{self.id}", labels={"agent-code.sandbox": self.id},
+                environment=self.env, **self.run_options)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"could not start a container from {self.image}: {e}") from e
+
+    async def _set_up_users(self) -> None:
+        agent, home = shlex.quote(self.agent_user), shlex.quote(self.home)
+        script = (f"id -u {agent} >/dev/null 2>&1 || useradd -m -d {home} -s /bin/sh {agent} "
+                  f"|| adduser -D -h {home} -s /bin/sh {agent}; "
+                  f"mkdir -p {shlex.quote(self.workdir)} {home} && "
+                  f"chown {agent}: {shlex.quote(self.workdir)} {home} && id -u {agent} && id -g {agent}")
+        result = await self.exec(script, user="root", cwd="/", timeout=120)
+        ids = result.stdout.split()
+        if not result.ok or len(ids) < 2 or not all(i.isdigit() for i in ids[-2:]):
+            raise SandboxError(f"could not set up user '{self.agent_user}' in {self.image}: {result.output()}")
+        self.agent_uid, self.agent_gid = int(ids[-2]), int(ids[-1])
+
+    # --- commands -----------------------------------------------------------------------
+
+    def _docker_user(self, user: str) -> str:
+        return self.agent_user if check_user(user) == "agent" else "root"
+
+    def _ids(self, user: str) -> tuple[int, int]:
+        return (self.agent_uid, self.agent_gid) if check_user(user) == "agent" else (0, 0)
+
+    def _container_or_fail(self) -> Any:
+        if self._container is None:
+            raise SandboxError("the docker sandbox is not running (use it inside `async with`)")
+        return self._container
+
+    async def exec(self, cmd: str | list[str], *, user: str = "root", env: Mapping[str, str] | None = None,
+                   timeout: float | None = None, cwd: str | None = None) -> ExecResult:
+        import docker
+
+        container = self._container_or_fail()
+        argv = ["sh", "-c", killing_timeout(as_shell(cmd), timeout)]
+        start = time.monotonic()
+        call = asyncio.to_thread(container.exec_run, argv, user=self._docker_user(user),
+                                 environment=dict(env or {}), workdir=resolve(cwd or self.workdir, self.workdir),
+                                 demux=True)
+        try:
+            done = await asyncio.wait_for(call, None if timeout is None else timeout + TIMEOUT_GRACE)
+        except TimeoutError:  # `timeout` itself did not end it: give up on the exec
+            return ExecResult(None, "", "", time.monotonic() - start, timed_out=True)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"docker exec failed in {container.short_id}: {e}") from e
+        elapsed = time.monotonic() - start
+        stdout, stderr = done.output or (None, None)
+        out = (stdout or b"").decode(errors="replace")
+        err = (stderr or b"").decode(errors="replace")
+        if ended_by_timeout(done.exit_code, elapsed, timeout):
+            return ExecResult(None, out, err, elapsed, timed_out=True)
+        return ExecResult(done.exit_code, out, err, elapsed)
+
+    async def kill(self, job: Job) -> None:
+        if job.handle:
+            await self.exec(kill_group_command(job.handle), cwd="/", timeout=30)
+
+    async def _must(self, script: str, user: str, what: str) -> None:
+        result = await self.exec(script, user=user, cwd="/", timeout=120)
+        if not result.ok:
+            raise SandboxError(f"{what}: {result.output()}")
+
+    # --- files --------------------------------------------------------------------------
+
+    async def _put(self, directory: str, archive: bytes, user: str) -> None:
+        import docker
+
+        container = self._container_or_fail()
+        await self._must(f"mkdir -p {shlex.quote(directory)}", user, f"could not create {directory}")
+        try:
+            ok = await asyncio.to_thread(container.put_archive, directory, archive)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"could not copy into {directory}: {e}") from e
+        if not ok:
+            raise SandboxError(f"could not copy into {directory}")
+
+    async def write_file(self, path: str, data: str | bytes, *, user: str = "root", mode: int = 0o644) -> None:
+        path = resolve(path, self.workdir)
+        uid, gid = self._ids(user)
+        payload = data.encode() if isinstance(data, str) else data
+        parent, name = os.path.split(path)
+        await self._put(parent or "/", tar_file(name, payload, mode=mode, uid=uid, gid=gid), user)
+
+    async def read_file(self, path: str) -> bytes:
+        import docker
+
+        container = self._container_or_fail()
+        path = resolve(path, self.workdir)
+
+        def fetch() -> bytes:
+            chunks, _stat = container.get_archive(path)
+            return b"".join(chunks)
+
+        try:
+            archive = await asyncio.to_thread(fetch)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(path) from None
+        except docker.errors.APIError as e:
+            raise SandboxError(f"could not read {path}: {e}") from e
+        return file_from_tar(archive, path)
+
+    async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None:
+        source, dest = Path(local_path), resolve(dest, self.workdir)
+        if not source.exists():
+            raise FileNotFoundError(local_path)
+        uid, gid = self._ids(user)
+        if source.is_dir():
+            await self._put(dest, await asyncio.to_thread(tar_tree, source, uid=uid, gid=gid), user)
+        else:
+            await self.write_file(dest, source.read_bytes(), user=user, mode=source.stat().st_mode & 0o7777)
+
+    async def give_to_agent(self, path: str) -> None:
+        """Make ``path`` (recursively) the agent user's."""
+        await self._must(f"chown -R {shlex.quote(self.agent_user)}: {shlex.quote(resolve(path, self.workdir))}",
+                         "root", f"could not give {path} to {self.agent_user}")

@@ -1,0 +1,166 @@
+"""bash: run a shell command in the project (kind ``execute``).
+
+A command can do anything the user running agent-code can do, so this tool is not
+confined like the file tools: the permission mode decides whether it may run at all, and
+a sandbox (``agent_code.sandbox``) is what confines it in rollouts. Within that, each run
+is kept tidy and bounded:
+
+* ``bash -c COMMAND`` in the project root, stdin from ``/dev/null`` (nothing can wait
+  for input), in a **new process group**.
+* A **scrubbed environment** (:func:`scrubbed_env`): the parent's variables minus
+  anything that looks like a credential (names containing KEY, TOKEN, SECRET, PASSWORD,
+  PASSWD, CREDENTIAL, AUTH), with PATH, HOME and LANG always set, ``TERM=dumb``, pagers off
+  and Python unbuffered (so output printed before a timeout is not lost in a buffer).
+* stdout and stderr share one pipe, so the output is interleaved as a terminal shows
+  it. It is read as it comes and **capped** (:class:`CappedOutput`): the head and the
+  tail are kept, the middle is dropped with a note, memory stays bounded.
+* At the **timeout** the whole process group is killed (SIGKILL) and the result says
+  so. When the command ends, whatever it left running in its group (``cmd &``) is
+  killed too: nothing outlives the call.
+* The **exit code** is always reported; a non-zero exit is a normal result (failing
+  tests are information), a timeout is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated, Mapping
+
+from agent_code.tools.base import ToolContext, ToolError, tool
+
+DEFAULT_TIMEOUT_S = 120
+MAX_TIMEOUT_S = 600
+HEAD_BYTES = 10_000   # kept from the start of the output
+TAIL_BYTES = 15_000   # kept from the end (where test summaries and tracebacks are)
+DRAIN_GRACE_S = 0.5   # after the command ends, how long to wait for the pipe to close
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: ``environ`` without credential-like names, plus fixed basics."""
+    env = {k: v for k, v in environ.items() if not SECRET_NAME.search(k)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("HOME", os.path.expanduser("~"))
+    env.setdefault("LANG", "C.UTF-8")
+    env.update(TERM="dumb", PAGER="cat", GIT_PAGER="cat", GIT_TERMINAL_PROMPT="0",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+class CappedOutput:
+    """Collects a byte stream, keeping at most ``head`` bytes from the start and ``tail``
+    bytes from the end; :meth:`text` decodes it with a note where bytes were dropped."""
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > self.tail_limit:
+            del self.tail[:len(self.tail) - self.tail_limit]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        if dropped <= 0:
+            return head + tail
+        return f"{head}\n… [{dropped} bytes of output omitted] …\n{tail}"
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -> tuple[str, int | None]:
+    """Run ``bash -c command``; return (capped output, exit status or None on timeout).
+
+    A negative status is a signal number, as in :mod:`subprocess`."""
+    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    out = CappedOutput()
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        drain_until: float | None = None  # set once the command has ended (or been killed)
+        while True:
+            now = time.monotonic()
+            if drain_until is None:
+                if proc.poll() is not None:
+                    drain_until = now + DRAIN_GRACE_S
+                elif now >= deadline:
+                    timed_out = True
+                    _kill_group(proc.pid)
+                    drain_until = now + DRAIN_GRACE_S
+            limit = drain_until if drain_until is not None else deadline
+            if drain_until is not None and now >= drain_until:
+                break  # something that escaped the group still holds the pipe
+            if not sel.select(timeout=min(0.05, max(limit - now, 0))):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # every writer is gone
+            out.add(chunk)
+    _kill_group(proc.pid)  # leftovers (`cmd &`) do not outlive the call
+    proc.stdout.close()
+    status = proc.wait()
+    return out.text(), None if timed_out else status
+
+
+def _status_line(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"[killed by {name}]"
+    return f"[exit code: {status}]"
+
+
+@tool(kind="execute")
+def bash(
+    ctx: ToolContext,
+    command: Annotated[str, "The shell command to run (bash syntax: pipes, &&, redirections)."],
+    timeout: Annotated[int, "Seconds before the command and every process it started are "
+                            "killed (1-600)."] = DEFAULT_TIMEOUT_S,
+) -> str:
+    """Run a bash command in the working directory (e.g. run tests, git status, a build)
+    and return its output (stdout and stderr interleaved) followed by the exit code.
+    Long output keeps its first 10,000 and last 15,000 bytes. Input is /dev/null, so
+    interactive commands get no input; processes left running in the background are
+    stopped when the command ends. Prefer read_file, grep and glob to look at files, and
+    edit_file/write_file to change them."""
+    if not command.strip():
+        raise ToolError("command is empty")
+    if not 1 <= timeout <= MAX_TIMEOUT_S:
+        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds, got {timeout}")
+    try:
+        output, status = run_command(command, ctx.root, timeout, scrubbed_env(os.environ))
+    except OSError as exc:
+        raise ToolError(f"cannot run bash: {exc.strerror or exc}") from None
+    body = output.rstrip("\n") or "(no output)"
+    if status is None:
+        raise ToolError(f"{body}\n[timed out after {timeout} s: the command and every process in its "
+                        "group were killed; use a longer timeout or a quicker command]")
+    return f"{body}\n{_status_line(status)}"

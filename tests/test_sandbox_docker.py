@@ -1,0 +1,295 @@
+"""The Docker sandbox. Three layers:
+
+* its pure helpers (the killing timeout, tar archives), run here for real;
+* the backend driven through a stand-in for the Docker SDK (``LocalDocker`` below: the container
+  is this machine, exec a subprocess, put/get_archive real tar files), so its logic runs
+  everywhere — including a dead engine socket giving a clear ``SandboxError``;
+* the backend against a real engine, skipped (with the reason) when ``docker.from_env().ping()``
+  fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import pwd
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_code.sandbox import SandboxError, create_sandbox
+from agent_code.sandbox.docker import (
+    DockerSandbox,
+    ended_by_timeout,
+    file_from_tar,
+    killing_timeout,
+    tar_file,
+    tar_tree,
+)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def engine_problem() -> str | None:
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed (pip install 'agent-code[remote]')"
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.close()
+    except Exception as e:  # noqa: BLE001 - any failure means: no engine to test against
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        return f"no Docker engine reachable at {where} ({type(e).__name__})"
+    return None
+
+
+ENGINE_PROBLEM = engine_problem()
+needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+def test_killing_timeout_kills_the_group_and_is_recognised(tmp_path):
+    pidfile = tmp_path / "bg.pid"
+    start = time.monotonic()
+    proc = subprocess.run(["sh", "-c", killing_timeout(f"sleep 30 & echo $! > {pidfile}; sleep 30", 1)], check=False)
+    elapsed = time.monotonic() - start
+    assert 1 <= elapsed < 5 and ended_by_timeout(proc.returncode, elapsed, 1)
+    time.sleep(0.1)
+    state = Path(f"/proc/{pidfile.read_text().strip()}/stat")
+    assert not state.exists() or state.read_text().rpartition(") ")[2][:1] == "Z"
+
+    quick = subprocess.run(["sh", "-c", killing_timeout("echo 'it''s' fine; exit 3", 5)], check=False,
+                           capture_output=True, text=True)
+    assert (quick.returncode, quick.stdout) == (3, "its fine\n") and not ended_by_timeout(3, 0.1, 5)
+    assert killing_timeout("echo hi", None) == "echo hi"
+    assert not ended_by_timeout(137, 0.2, 5)      # died of SIGKILL, but before its deadline
+    assert ended_by_timeout(-1, 5.1, 5)           # a supervisor's "killed by a signal"
+    assert not ended_by_timeout(1, 9.0, 5) and not ended_by_timeout(137, 9.0, None)
+
+
+def test_tar_helpers_round_trip(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "sub" / "empty").mkdir(parents=True)
+    (tree / "sub" / "data.bin").write_bytes(b"\x00\xffbinary")
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "link").symlink_to("run.sh")
+
+    with tarfile.open(fileobj=io.BytesIO(tar_tree(tree, uid=1234, gid=99, compress=True))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert sorted(members) == ["link", "run.sh", "sub", "sub/data.bin", "sub/empty"]  # contents, not "tree/"
+    assert {(m.uid, m.gid) for m in members.values()} == {(1234, 99)}
+    assert members["run.sh"].mode & 0o777 == 0o755 and members["link"].issym()
+
+    single = tar_file("notes.txt", b"hello", mode=0o600, uid=7, gid=8)
+    assert file_from_tar(single, "/x/notes.txt") == b"hello"
+    with tarfile.open(fileobj=io.BytesIO(single)) as tar:
+        (info,) = tar.getmembers()
+    assert (info.name, info.mode, info.uid, info.gid) == ("notes.txt", 0o600, 7, 8)
+    with pytest.raises(IsADirectoryError):
+        file_from_tar(tar_tree(tmp_path), str(tmp_path))
+
+
+# --- the backend through a local stand-in for the Docker SDK -----------------------------------
+
+class LocalContainer:
+    """The slice of ``docker.models.containers.Container`` the backend uses, on this machine."""
+
+    short_id = "local123"
+
+    def __init__(self) -> None:
+        self.removed: dict[str, Any] | None = None
+        self.execs: list[dict[str, Any]] = []
+
+    def exec_run(self, cmd, *, user="", environment=None, workdir=None, demux=False):
+        from docker.models.containers import ExecResult
+
+        self.execs.append({"cmd": cmd, "user": user, "workdir": workdir})
+        done = subprocess.run(cmd, check=False, cwd=workdir, env={**os.environ, **(environment or {})},
+                              capture_output=True)
+        return ExecResult(done.returncode, (done.stdout or None, done.stderr or None))
+
+    def put_archive(self, path, data):
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(path, filter="tar")
+        return True
+
+    def get_archive(self, path):
+        import docker
+
+        if not os.path.lexists(path):
+            raise docker.errors.NotFound(f"Could not find the file {path} in container")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(path, arcname=os.path.basename(path))
+        return iter([buffer.getvalue()]), {"name": os.path.basename(path)}
+
+    def remove(self, **options):
+        self.removed = options
+
+
+class LocalDocker:
+    def __init__(self) -> None:
+        self.container = LocalContainer()
+        self.run_args: dict[str, Any] = {}
+        self.closed = False
+        outer = self
+
+        class Images:
+            def get(self, name):
+                return name
+
+        class Containers:
+            def run(self, image, **options):
+                outer.run_args = {"image": image, **options}
+                return outer.container
+
+        self.images, self.containers = Images(), Containers()
+
+    def ping(self):
+        return True
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def local_docker(monkeypatch, tmp_path):
+    docker = pytest.importorskip("docker")
+    client = LocalDocker()
+    monkeypatch.setattr(docker, "from_env", lambda: client)
+    me = pwd.getpwuid(os.getuid()).pw_name  # "useradd" is skipped: the user exists already
+    box = DockerSandbox("some/image:tag", workdir=str(tmp_path / "workspace"), home=str(tmp_path / "home"),
+                        agent_user=me)
+    return client, box
+
+
+def test_backend_logic_through_a_local_stand_in(local_docker, tmp_path):
+    client, box = local_docker
+    source = tmp_path / "src"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "m.py").write_text("X = 1\n")
+    (source / "tool").write_text("#!/bin/sh\necho tool\n")
+    (source / "tool").chmod(0o700)
+
+    async def go():
+        async with box:
+            r = await box.exec("echo out; echo err >&2; exit 4", user="agent", env={"A": "1"})
+            here = await box.exec(["sh", "-c", 'printf "%s %s" "$PWD" "$A"'], env={"A": "x y"})
+            slow = await box.exec("sleep 30", timeout=1)
+            await box.write_file("notes/a.txt", "hi\n", user="agent", mode=0o640)
+            read = await box.read_file(f"{box.workdir}/notes/a.txt")
+            with pytest.raises(FileNotFoundError):
+                await box.read_file("nope.txt")
+            await box.upload(str(source), "repo", user="agent")
+            tool = await box.exec("./tool && cat pkg/m.py", cwd="repo")
+            await box.give_to_agent("repo")
+            job = await box.start("echo working; exit 2", user="agent")
+            done = await box.wait(job, budget=10)
+            stuck = await box.start("sleep 30")
+            killed = await box.wait(stuck, budget=1)
+            return r, here, slow, read, tool, done, killed
+
+    r, here, slow, read, tool, done, killed = run(go())
+    assert (r.exit_code, r.stdout, r.stderr) == (4, "out\n", "err\n")
+    assert here.stdout == f"{box.workdir} x y"
+    assert slow.exit_code is None and slow.timed_out and slow.duration < 5
+    assert read == b"hi\n" and (tmp_path / "workspace/notes/a.txt").stat().st_mode & 0o777 == 0o640
+    assert tool.stdout == "tool\nX = 1\n"
+    assert (done.exit_code, done.stdout) == (2, "working\n")
+    assert killed.timed_out and killed.exit_code is None
+    run_args = client.run_args
+    assert run_args["image"] == "some/image:tag" and run_args["entrypoint"] == ["sleep", "infinity"]
+    assert run_args["detach"] and run_args["labels"] == {"agent-code.sandbox": box.id}
+    assert {e["user"] for e in client.container.execs} == {box.agent_user, "root"}
+    assert any(f"chown -R {box.agent_user}: {box.workdir}/repo" in e["cmd"][-1] for e in client.container.execs)
+    assert client.container.removed == {"force": True, "v": True} and client.closed
+
+
+def test_no_engine_is_a_clear_error(monkeypatch, tmp_path):
+    pytest.importorskip("docker")
+    dead = tmp_path / "dead.sock"
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{dead}")
+
+    async def go():
+        async with create_sandbox("docker"):
+            pass
+
+    with pytest.raises(SandboxError, match=f"no Docker engine at unix://{dead}"):
+        run(go())
+
+
+# --- against a real engine ---------------------------------------------------------------------
+
+@needs_engine
+def test_engine_exec_users_and_timeout():
+    async def go():
+        async with create_sandbox("docker") as box:
+            who = await box.exec('printf "%s %s %s" "$(id -un)" "$HOME" "$PWD"', user="agent")
+            root = await box.exec("id -un", user="root")
+            failing = await box.exec("echo out; echo err >&2; exit 3", env={"X": "1"})
+            env = await box.exec("printf %s \"$X\"", env={"X": "a b"}, cwd="/tmp")
+            start = time.monotonic()
+            slow = await box.exec("sleep 30 & echo $! > /tmp/bg; sleep 30", timeout=1)
+            took = time.monotonic() - start
+            bg = await box.exec("kill -0 $(cat /tmp/bg) 2>/dev/null && echo alive || echo gone")
+            return who, root, failing, env, slow, took, bg
+
+    who, root, failing, env, slow, took, bg = run(go())
+    assert who.stdout == "agent /home/agent /workspace" and root.stdout.strip() == "root"
+    assert (failing.exit_code, failing.stdout, failing.stderr) == (3, "out\n", "err\n")
+    assert env.stdout == "a b"
+    assert slow.timed_out and slow.exit_code is None and took < 10
+    assert bg.stdout.strip() == "gone"
+
+
+@needs_engine
+def test_engine_files_upload_and_ownership(tmp_path):
+    (tmp_path / "repo" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / "pkg" / "m.py").write_text("X = 1\n")
+    (tmp_path / "repo" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tmp_path / "repo" / "run.sh").chmod(0o755)
+
+    async def go():
+        async with create_sandbox("docker") as box:
+            await box.upload(str(tmp_path / "repo"), box.workdir, user="agent")
+            await box.write_file("notes/n.txt", b"\x00bytes", user="agent", mode=0o600)
+            listing = await box.exec("./run.sh; stat -c '%U %a %n' run.sh pkg/m.py notes/n.txt", user="agent")
+            data = await box.read_file("notes/n.txt")
+            with pytest.raises(FileNotFoundError):
+                await box.read_file("/nope")
+            with pytest.raises(IsADirectoryError):
+                await box.read_file(box.workdir)
+            return listing, data
+
+    listing, data = run(go())
+    assert listing.stdout.splitlines() == ["ran", "agent 755 run.sh", "agent 644 pkg/m.py", "agent 600 notes/n.txt"]
+    assert data == b"\x00bytes"
+
+
+@needs_engine
+def test_engine_jobs_and_removal():
+    import docker
+
+    async def go():
+        async with create_sandbox("docker") as box:
+            done = await box.wait(await box.start("echo hi; exit 6", user="agent"), budget=30)
+            killed = await box.wait(await box.start("echo begun; sleep 60", user="agent"), budget=2)
+            left = await box.exec("ps -eo args | grep -c '[s]leep 60' || true")
+            return box, done, killed, left
+
+    box, done, killed, left = run(go())
+    assert (done.exit_code, done.stdout) == (6, "hi\n")
+    assert killed.timed_out and killed.stdout == "begun\n" and left.stdout.strip() == "0"
+    with pytest.raises(docker.errors.NotFound):
+        docker.from_env().containers.get(f"agent-code-{box.id}")
