@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# real npm peers for the tests (Qwen3 tokenizer files, the Claude Code CLI)
+# real npm peers for the tests (Qwen3 tokenizer files; the Claude Code, Codex and Qwen Code CLIs)
 if command -v npm >/dev/null 2>&1; then
   mkdir -p .cache/node
   if ! cmp -s tests/node/package.json .cache/node/.installed; then

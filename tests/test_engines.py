@@ -363,7 +363,8 @@ def test_llamacpp_grammar_and_stop_strings(llama, qwen25):
 @needs_llamacpp
 def test_llamacpp_cancellation_frees_the_slot(llama, qwen25):
     prompt = qwen25.render([{"role": "user", "content": "Count from 1 to 500, one number per line."}])
-    assert run(cancel_after(llama.generate(prompt, SamplingParams(max_new_tokens=1000, temperature=0)), 0.5)) < 2
+    # cancelled at 0.5 s; finishing the 1000 tokens would take ~30 s on this CPU (slack for a loaded machine)
+    assert run(cancel_after(llama.generate(prompt, SamplingParams(max_new_tokens=1000, temperature=0)), 0.5)) < 5
 
     async def after():
         start = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 
@@ -12,17 +13,23 @@ from agent_code.rollout.runner import RolloutConfig, RolloutResult, run_all
 from agent_code.tasks import load_tasks
 from agent_code.trajectory.store import TurnLog, read_samples
 from agent_code.trajectory.verify import verify_samples
-from conftest import run_cli
+from conftest import cli_env, run_cli
 from gateway_fixtures import qwen25_renderer, scripted_gateway, write_script
 from rollout_fixtures import THERMO_FIX, call, processes_with_env, say, tasks_file
 
 SANDBOX_GLOB = "agent-code-sandbox-*"
 
 
-def sandboxes_now() -> set[str]:
-    import tempfile
+def private_tmp(tmp_path: Path) -> Path:
+    """A TMPDIR of the test's own: sandboxes made under it are this test's, whatever else runs."""
+    path = tmp_path / "tmp"
+    path.mkdir(exist_ok=True)
+    os.chmod(tmp_path, 0o755)  # the sandbox's agent user passes through on the way to its dirs
+    return path
 
-    return {p.name for p in Path(tempfile.gettempdir()).glob(SANDBOX_GLOB)}
+
+def sandboxes_in(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.glob(SANDBOX_GLOB))
 
 
 def test_rollout_command_writes_graded_samples_and_a_report(tmp_path):
@@ -36,9 +43,9 @@ def test_rollout_command_writes_graded_samples_and_a_report(tmp_path):
         say("I looked but changed nothing.", "pager-last-page.0"),
     ])
     out = tmp_path / "out"
-    before = sandboxes_now()
+    tmp = private_tmp(tmp_path)
     proc = run_cli("rollout", str(tasks), "--engine", f"scripted:{script}", "--out", str(out), "--budget", "120",
-                   timeout=300)
+                   env=cli_env(TMPDIR=str(tmp)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "invariants: OK (2 samples" in proc.stderr
     assert f"report: {out / 'report.html'}" in proc.stdout and "solve rate 50% (1/2)" in proc.stdout
@@ -69,15 +76,18 @@ def test_rollout_command_writes_graded_samples_and_a_report(tmp_path):
     log = next((out / "rollouts").glob("thermo*.log")).read_text().splitlines()
     assert json.loads(log[-1])["type"] == "result"   # agent-code's stream-json run log
     assert "-    return (fahrenheit - FREEZING_F) * 9 / 5" in next((out / "rollouts").glob("thermo*.diff")).read_text()
-    assert sandboxes_now() <= before   # every sandbox removed
+    assert sandboxes_in(tmp) == []   # every sandbox removed
 
 
-def test_a_hanging_agent_is_killed_at_its_budget_and_recorded(tmp_path):
+def test_a_hanging_agent_is_killed_at_its_budget_and_recorded(tmp_path, monkeypatch):
+    import tempfile
+
     renderer = qwen25_renderer()
+    tmp = private_tmp(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     tasks = load_tasks(tasks_file(tmp_path, ["thermo-fahrenheit"]))
     lines = [call("read_file", {"path": "thermo.py"}, "thermo-fahrenheit.0"),
              say("never delivered", "thermo-fahrenheit.0", delay=600)]   # the model "hangs"
-    before = sandboxes_now()
     with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
         config = RolloutConfig(budget=4, model="test-model")
         [result] = asyncio.run(run_all(tasks, config, url))
@@ -86,7 +96,7 @@ def test_a_hanging_agent_is_killed_at_its_budget_and_recorded(tmp_path):
     assert result.agent_exit_code is None and 4 <= result.timings["agent"] < 15
     assert result.reward == 0.0 and result.turns == 1   # graded anyway; the answered turn is kept
     assert left == []                                    # nothing of the agent still runs
-    assert sandboxes_now() <= before
+    assert sandboxes_in(tmp) == []
 
 
 def test_failed_rollouts_are_recorded_and_the_run_goes_on(tmp_path):
@@ -176,16 +186,14 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
     import sys
     import time
 
-    from conftest import cli_env
-
     qwen25_renderer()
     tasks = tasks_file(tmp_path, ["thermo-fahrenheit", "pager-last-page"])
     script = write_script(tmp_path, [say("Done quickly.", "thermo-fahrenheit.0"),
                                      say("never delivered", "pager-last-page.0", delay=600)])
     out = tmp_path / "out"
-    before = sandboxes_now()
+    tmp = private_tmp(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "agent_code", "rollout", str(tasks), "--engine", f"scripted:{script}",
-                             "--out", str(out)], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--out", str(out)], env=cli_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_text().strip():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
@@ -200,4 +208,4 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
     assert "rollout summary (interrupted)" in stdout and (out / "report.html").is_file()
     assert len(read_samples(out / "samples.parquet")) == 1
     assert processes_with_env("ANTHROPIC_AUTH_TOKEN=pager-last-page.0") == []
-    assert sandboxes_now() <= before
+    assert sandboxes_in(tmp) == []

@@ -160,3 +160,21 @@ def test_uploaded_trees_can_be_given_to_the_agent(tmp_path):
     denied, allowed = run(go())
     assert not denied.ok
     assert allowed.ok and allowed.stdout == "x = 1\ny = 2\n"
+
+
+@isolated_only
+def test_a_sandbox_under_a_private_dir_beside_hidden_ones(tmp_path):
+    private = tmp_path / "private"              # 0700: the agent user may not pass through
+    (private / "secret").mkdir(parents=True)
+    (private / "secret" / "key.txt").write_text("k")
+    os.chmod(private, 0o700)
+
+    async def go():
+        async with create_sandbox("local", base_dir=str(private), hide=[str(private / "secret")]) as box:
+            work = await box.exec("echo ok > f.txt && cat f.txt && ls ~", user="agent")
+            peek = await box.exec(f"ls {private}; cat {private}/secret/key.txt", user="agent")
+            return work, peek
+
+    work, peek = run(go())
+    assert work.ok and work.stdout.startswith("ok\n"), work.output()
+    assert "secret" not in peek.stdout and "k" != peek.stdout.strip()

@@ -127,7 +127,7 @@ def test_load_tasks_errors_name_the_line(tmp_path, line, message):
     (tmp_path / "t.jsonl").write_text(good + "\n" + line + "\n")
     with pytest.raises(TaskError) as info:
         load_tasks(tmp_path / "t.jsonl")
-    assert f"t.jsonl:2: " in str(info.value) and message in str(info.value)
+    assert "t.jsonl:2: " in str(info.value) and message in str(info.value)
 
 
 def test_load_tasks_rejects_duplicate_ids(tmp_path):

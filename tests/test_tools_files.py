@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from agent_code.globs import glob_regex
+
 from agent_code.tools import ToolContext, default_tools, files, paths
 from agent_code.types import ToolCall, ToolResult
 
@@ -71,7 +73,7 @@ def test_default_tools_are_registered_with_kinds_and_descriptions() -> None:
     assert {t.name: t.kind for t in registry.list()} == {
         "echo": "read", "system_date": "read", "read_file": "read", "list_files": "read",
         "glob": "read", "grep": "read", "project_tree": "read",
-        "edit_file": "edit", "write_file": "edit", "bash": "execute"}
+        "edit_file": "edit", "write_file": "edit", "bash": "execute", "skill": "read"}
     for t in registry.list():
         assert t.read_only == (t.kind == "read")
         assert len(t.description) > 40
@@ -278,7 +280,7 @@ def test_glob_refuses_absolute(run, pattern: str) -> None:
 
 def test_glob_regex_translation() -> None:
     def m(glob: str, path: str) -> bool:
-        return re.fullmatch(files.glob_regex(glob), path) is not None
+        return re.fullmatch(glob_regex(glob), path) is not None
     assert m("**/*.py", "a.py") and m("**/*.py", "a/b/c.py") and not m("**/*.py", "a.pyc")
     assert m("a/**/b", "a/b") and m("a/**/b", "a/x/y/b") and not m("a/**/b", "ab")
     assert not m("*.py", "a/b.py") and m("*", ".hidden")

@@ -44,7 +44,7 @@ def ctx(tree: Path) -> ToolContext:
 def test_constants() -> None:
     assert MAX_FILE_BYTES == 5 * 1024 * 1024
     assert IGNORED_DIRS == {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache",
-                            ".pytest_cache", ".ruff_cache", ".tox", "dist", "build", ".idea"}
+                            ".pytest_cache", ".ruff_cache", ".tox", "dist", "build", ".idea", ".agent"}
 
 
 def test_relative_and_absolute_inside(ctx: ToolContext, tree: Path) -> None:

@@ -133,3 +133,27 @@ def test_a_background_process_holding_the_pipe_is_stopped_too(bash, tmp_path):
     assert result.content == "started\n[exit code: 0]"
     assert time.monotonic() - started < 5
     assert wait_gone(int(pidfile.read_text()))
+
+
+def test_ctrl_c_mid_command_kills_the_command(tmp_path):
+    """KeyboardInterrupt while a command runs (the REPL's Ctrl-C): its whole group goes too."""
+    import signal
+
+    from agent_code.tools.shell import run_command
+
+    pidfile = tmp_path / "pid"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_command(f"sleep 60 & echo $! > {pidfile}; wait", tmp_path, 30, {"PATH": "/usr/bin:/bin"})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pid = int(pidfile.read_text())
+    state = Path(f"/proc/{pid}/stat")
+    assert not state.exists() or state.read_text().split()[2] == "Z"   # gone (or a zombie awaiting reaping)

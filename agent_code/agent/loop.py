@@ -11,21 +11,52 @@ denied call is not run: its ``tool_result`` is the denial (``is_error: true``), 
 call is listed in the result's ``permission_denials``.
 
 Everything the loop does is reported through ``on_event`` as plain JSON-able dicts
-(``assistant``, ``tool_use``, ``tool_result``, ``result``); the CLI renders them as text
-or streams them as JSON lines, and a harness can follow a headless run from them.
+(``assistant``, ``tool_use``, ``tool_result``, ``result``; and ``todos``, ``plan``,
+``compaction``, ``subagent`` — a sub-agent's own events, wrapped); the CLI renders them as
+text or streams them as JSON lines, and a harness can follow a headless run from them.
+
+The agent's state beyond the history lives here too, each part in its own module:
+
+* **session** (``agent/sessions.py``): with a :class:`SessionLog`, every change to the
+  history is appended to the session's file as it happens (``_append``, ``_reset``, and a
+  rewind when a prompt is folded into the previous user message), so ``--resume`` can
+  pick the conversation up.
+* **context** (``agent/compaction.py``): the provider's token usage is kept per model call
+  (``turn_usage``); before each call, when the context reaches ``COMPACT_AT`` of
+  ``context_window``, older turns are summarized (``compact``; also on demand). Tool
+  pairs are never split.
+* **todos and plans** (``agent/todos.py``, ``agent/agent_tools.py``): ``todos`` is the list
+  ``todo_write`` keeps; ``exit_plan_mode`` hands its plan to ``on_plan`` (the REPL asks
+  the user) or, headless, ends the run with the plan as its answer.
+* **sub-agents** (``agent/subagent.py``): the ``task`` tool runs a child :class:`Agent`
+  with this agent's provider, permission policy and tools minus the agent-bound ones.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from agent_code.agent.compaction import (
+    DEFAULT_CONTEXT_WINDOW,
+    KEEP_TURNS,
+    Compaction,
+    CompactionError,
+    compact_history,
+    estimate_tokens,
+    should_compact,
+)
 from agent_code.agent.permissions import PermissionMode, PermissionPolicy
+from agent_code.agent.todos import Todo
 from agent_code.providers.base import ModelProvider, ProviderError
-from agent_code.tools.base import ToolContext, ToolRegistry
+from agent_code.tools.base import Tool, ToolContext, ToolRegistry
 from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage
+
+if TYPE_CHECKING:
+    from agent_code.agent.sessions import SessionLog
 
 # The lesson stops at 8 model calls. A real task (find the code, read it, edit, run the
 # tests, fix, re-run) routinely takes 20-40 tool calls; 8 would cut most of them off
@@ -33,6 +64,12 @@ from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage
 DEFAULT_MAX_STEPS = 50
 
 Event = dict[str, Any]
+# what ``on_plan`` answers: True (approved; the callback has switched the mode), False
+# (rejected: the run ends so the user can say more), or text (rejected, with feedback that
+# goes back to the model, which stays in plan mode and revises)
+PlanVerdict = bool | str
+MANUAL_KEEP_TURNS = 2  # /compact keeps fewer turns verbatim than the automatic compaction
+REGROW = 0.1  # after a compaction, compact again only once the context grew by this much of the window
 REPEAT_NOTE = ("\n\n[note: this exact call was already made earlier in this task, with the same result. "
                "Use what you have and give your answer, or try something different.]")
 
@@ -84,7 +121,10 @@ class Agent:
         on_event: Callable[[Event], None] | None = None,
         permissions: PermissionPolicy | PermissionMode | str | None = None,
         after_tool: list[Callable[[ToolCall, ToolResult], ToolResult]] | None = None,
-        on_stop: list[Callable[["AgentResult"], str | None]] | None = None,
+        on_stop: list[Callable[[AgentResult], str | None]] | None = None,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        session: SessionLog | None = None,
+        on_plan: Callable[[str], PlanVerdict] | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -101,35 +141,170 @@ class Agent:
         # an on_stop callback that returns text keeps the agent going with it as a user message
         self.after_tool = list(after_tool or [])
         self.on_stop = list(on_stop or [])
+        if context_window < 1:
+            raise ValueError("context_window must be at least 1")
+        self.context_window = context_window
+        self.session = session
+        self.on_plan = on_plan
+        self.todos: list[Todo] = []
+        self.turn_usage: list[Usage] = []       # the provider's usage, one entry per model call
+        self.agent_tools: list[Tool] = []       # tools bound to this agent (not given to sub-agents)
+        self.system_for_mode: Callable[[str], str] | None = None  # rebuilds `system` on a mode change
+        self.current_call: ToolCall | None = None  # the call whose tool is running
+        self._context_base = 0                  # input+output tokens of the last model call ...
+        self._context_mark = 0                  # ... which saw the history up to this length
+        self._stop_with: str | None = None      # set by exit_plan_mode: end the run with this answer
+        self._compacted_to: int | None = None   # context size right after the last compaction
+        self._run_usage = Usage()               # this run's usage (sub-agents add theirs)
+        self._run_denials: list[dict[str, Any]] = []
+
+    # --- history: every change goes through here, so the session log sees it ----------
+
+    def _append(self, message: dict[str, Any], usage: Usage | None = None) -> None:
+        self.messages.append(message)
+        if self.session is not None:
+            self.session.message(message, _usage_dict(usage) if usage is not None else None)
+
+    def _reset(self, messages: list[dict[str, Any]], reason: str, **info: Any) -> None:
+        self.messages[:] = messages  # in place: AgentResult.messages is this same list
+        if self.session is not None:
+            self.session.reset(self.messages, reason, **info)
+
+    def restore(self, messages: list[dict[str, Any]], todos: list[Todo] | None = None) -> None:
+        """Start from a resumed session's history (already in its log: nothing is written)."""
+        self.messages[:] = messages
+        self.todos = list(todos or [])
+        self._context_base = self._context_mark = 0
+        self._compacted_to = None
+
+    def set_todos(self, todos: list[Todo]) -> None:
+        self.todos = list(todos)
+        items = [t.to_dict() for t in todos]
+        self.on_event({"type": "todos", "todos": items})
+        if self.session is not None:
+            self.session.todos(items)
+
+    def set_permission_mode(self, mode: PermissionMode | str) -> None:
+        """Switch the permission mode (the REPL's /permissions, an approved plan); the system
+        prompt's mode line follows when the agent knows how to rebuild it."""
+        self.permissions.mode = PermissionMode(mode)
+        if self.system_for_mode is not None:
+            self.system = self.system_for_mode(self.permissions.mode.value)
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count tokens spent on this agent's behalf (a sub-agent's) in the current run."""
+        self._run_usage.add(usage)
+
+    def add_denials(self, denials: list[dict[str, Any]]) -> None:
+        self._run_denials.extend(denials)
+
+    # --- plans ---------------------------------------------------------------------------
+
+    def submit_plan(self, plan: str) -> str:
+        """What ``exit_plan_mode`` does: ask ``on_plan``, or (headless) end the run with the plan."""
+        self.on_event({"type": "plan", "plan": plan})
+        if self.on_plan is None:
+            self._stop_with = plan
+            return "The plan was handed to the user; this run ends here with the plan as its answer."
+        verdict = self.on_plan(plan)
+        if verdict is True:
+            return (f"The user approved the plan. Permission mode is now {self.permissions.mode.value}: "
+                    "carry the plan out.")
+        if isinstance(verdict, str) and verdict.strip():
+            return (f"The user did not approve the plan and said: {verdict.strip()}\nStay in plan mode: "
+                    "revise the plan and present it again with exit_plan_mode.")
+        self._stop_with = "The plan was not approved."
+        return "The user did not approve the plan; stop here and wait for their instructions."
+
+    # --- context -------------------------------------------------------------------------
+
+    def context_tokens(self) -> int:
+        """The context the next request will carry, in tokens: the last model call's usage
+        (input + output) plus an estimate for what was added since; all estimated when
+        there is no usage (a provider that reports none, or right after a compaction)."""
+        if self._context_base and self._context_mark <= len(self.messages):
+            return self._context_base + estimate_tokens(self.messages[self._context_mark:])
+        return (estimate_tokens(self.messages) + estimate_tokens(self.system or "")
+                + estimate_tokens(self.tools.schemas()))
+
+    def compact(self, keep_turns: int = MANUAL_KEEP_TURNS) -> str:
+        """Compact the history now (the REPL's /compact); a one-line account of what happened."""
+        try:
+            done = self._compact("manual", keep_turns)
+        except CompactionError as exc:
+            return f"could not compact: {exc}"
+        return done.describe() if done is not None else "nothing to compact yet"
+
+    def _compact(self, trigger: str, keep_turns: int) -> Compaction | None:
+        before = self.context_tokens()
+        done = compact_history(self.provider, self.messages, context_window=self.context_window,
+                               keep_turns=keep_turns, tokens_before=before)
+        if done is None:
+            return None
+        if done.usage:
+            used = Usage(done.usage.get("input_tokens", 0), done.usage.get("output_tokens", 0))
+            # a manual compaction happens between runs; an automatic one is part of this run
+            (self.usage if trigger == "manual" else self._run_usage).add(used)
+        self._reset(done.messages, "compaction", trigger=trigger, summary=done.summary)
+        self._context_base = self._context_mark = 0
+        done.tokens_after = self._compacted_to = self.context_tokens()
+        self.on_event({"type": "compaction", "trigger": trigger, "replaced": done.replaced, "kept": done.kept,
+                       "tokens_before": done.tokens_before, "tokens_after": done.tokens_after,
+                       "fallback": done.fallback, "error": done.error, "summary": done.summary})
+        return done
+
+    def _maybe_compact(self) -> None:
+        tokens = self.context_tokens()
+        if not should_compact(tokens, self.context_window):
+            return
+        if self._compacted_to is not None and tokens < self._compacted_to + REGROW * self.context_window:
+            return  # still full right after compacting (a huge last turn, a huge prompt): no thrashing
+        try:
+            self._compact("auto", KEEP_TURNS)
+        except CompactionError as exc:  # keep the (valid) history; the request may still fit
+            self.on_event({"type": "compaction", "trigger": "auto", "error": str(exc), "replaced": 0})
 
     def _add_user_text(self, prompt: str) -> None:
         block = {"type": "text", "text": prompt}
         last = self.messages[-1] if self.messages else None
         if last and last["role"] == "user" and isinstance(last["content"], list):
-            # e.g. the previous run stopped at max_steps right after tool results
-            last["content"].append(block)
+            # e.g. the previous run stopped at max_steps right after tool results: one user
+            # message, rewritten as a new object (a rollback restores the old one untouched)
+            merged = {"role": "user", "content": [*last["content"], block]}
+            self.messages.pop()
+            if self.session is not None:
+                self.session.rewind(len(self.messages))
+            self._append(merged)
         else:
-            self.messages.append({"role": "user", "content": [block]})
+            self._append({"role": "user", "content": [block]})
 
     def run(self, prompt: str) -> AgentResult:
         started = time.monotonic()
-        checkpoint = len(self.messages)
-        usage = Usage()
-        denials: list[dict[str, Any]] = []
+        before = list(self.messages)
+        usage = self._run_usage = Usage()
+        denials = self._run_denials = []
+        self._stop_with = None
         try:
             self._add_user_text(prompt)
             result = self._loop(usage, denials)
         except KeyboardInterrupt:
             # leave a history the API accepts: no tool_use without its tool_result
-            del self.messages[checkpoint:]
+            if len(self.messages) != len(before) or any(a is not b for a, b in zip(self.messages, before)):
+                self._reset(before, "interrupted")
             raise
+        finally:
+            self.current_call = None
         self.usage.add(usage)
         result.permission_denials = denials
-        self.on_event({
+        event = {
             "type": "result", "subtype": result.status, "is_error": not result.ok, "result": result.final,
             "error": result.error, "num_steps": result.steps, "usage": _usage_dict(usage),
             "duration_ms": int((time.monotonic() - started) * 1000), "permission_denials": denials,
-        })
+            "context_tokens": self.context_tokens(), "context_window": self.context_window,
+        }
+        if self.session is not None:
+            event["session_id"] = self.session.id
+        self.on_event(event)
         return result
 
     def _run_tool(self, call: ToolCall, denials: list[dict[str, Any]]) -> ToolResult:
@@ -140,7 +315,11 @@ class Agent:
             if not decision.allowed:
                 denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.arguments})
                 return ToolResult(call.id, decision.message, is_error=True)
-        result = self.tools.run(call, self.ctx)
+        self.current_call = call
+        try:
+            result = self.tools.run(call, self.ctx)
+        finally:
+            self.current_call = None
         for hook in self.after_tool:
             result = hook(call, result)
         return result
@@ -149,15 +328,22 @@ class Agent:
         schemas = self.tools.schemas()
         seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
+            self._maybe_compact()
             try:
                 response = self.provider.complete(self.messages, tools=schemas, system=self.system)
             except ProviderError as exc:
                 return AgentResult("", "error", step - 1, self.messages, usage, error=str(exc))
             usage.add(response.usage)
+            turn = response.usage or Usage()
+            self.turn_usage.append(turn)
             message = assistant_message(response)
-            self.messages.append(message)
+            self._append(message, turn)
+            # the context the provider just saw, plus its reply; 0 (no usage): estimate instead
+            self._context_base = turn.input_tokens + turn.output_tokens if turn.input_tokens else 0
+            self._context_mark = len(self.messages)
             self.on_event({"type": "assistant", "step": step, "message": message,
-                           "stop_reason": response.stop_reason, "usage": _usage_dict(response.usage)})
+                           "stop_reason": response.stop_reason, "usage": _usage_dict(response.usage),
+                           "context_tokens": self.context_tokens()})
             calls = response.tool_calls
             if not calls:
                 done = AgentResult(response.text, "success", step, self.messages, usage)
@@ -179,7 +365,9 @@ class Agent:
                 self.on_event({"type": "tool_result", "step": step, "tool_use_id": result.tool_use_id,
                                "name": call.name, "content": result.content, "is_error": result.is_error})
                 results.append(result)
-            self.messages.append(tool_results_message(results))
+            self._append(tool_results_message(results))
+            if self._stop_with is not None:  # exit_plan_mode: the plan is the answer
+                return AgentResult(self._stop_with, "success", step, self.messages, usage)
         return AgentResult(f"reached max_steps={self.max_steps} without a final answer", "max_steps",
                            self.max_steps, self.messages, usage)
 

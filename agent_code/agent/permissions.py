@@ -19,16 +19,39 @@ The decision is two pure steps, so each can grow without the other changing:
    retry and tells the user which ``--permission-mode`` would allow it.
 
 :class:`PermissionPolicy` is what the agent loop holds and asks before every call; it
-never looks at tool names. Later layers (allow/ask/deny rules from settings files,
-hooks) slot in as further steps of :meth:`PermissionPolicy.check` before the mode table.
+never looks at tool names. :meth:`PermissionPolicy.check` runs, in order:
+
+1. the **built-in deny list** (``agent/denylist.py``: ``rm -rf /`` in any spelling, mkfs,
+   dd to a device, fork bombs, curl | sh …) and the **deny rules** from settings
+   (``agent/rules.py``) — in every mode, bypassPermissions included;
+2. the **ask** and **allow** rules, which replace the mode table's answer (in plan mode
+   only for read calls: plan stays read-only whatever the rules say);
+3. the **mode table** (above);
+4. **PreToolUse hooks** (``agent/hooks.py``) for a call that is not already refused,
+   before anyone is asked: a hook that exits 2 refuses it, with its stderr as the reason;
+5. for ``ask``: the ``ask`` callback (the REPL's y/n/always prompt), else a denial.
+
+Plan mode also lets read-only **commands** run (``ls``, ``cat``, ``grep``, ``git diff``, …):
+:func:`effective_kind` treats an ``execute`` call whose ``command`` argument passes
+:func:`is_read_only_command` as a ``read``. That check is an allow-list over a real
+tokenization (``shlex`` with shell punctuation), never a substring match: every command in
+a pipeline or ``;``/``&&``/``||`` chain must be an allowed reader with no writing option,
+and redirections other than to ``/dev/null``, substitutions, subshells, background jobs,
+variable assignments and multi-line scripts are refused. It is deliberately conservative:
+a refused harmless command costs the model one turn, an allowed writer would break the
+promise of plan mode.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import shlex
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Callable, Literal
 
+from agent_code.agent.rules import RuleSet, Verdict
 from agent_code.tools.base import Tool, ToolKind
 
 Behavior = Literal["allow", "ask", "deny"]
@@ -99,14 +122,45 @@ def decide(mode: PermissionMode | str, tool_name: str, kind: ToolKind,
 
 
 Asker = Callable[[Tool, Any], bool]  # (tool, arguments) -> approved?
+PreToolUse = Callable[[Tool, Any], "str | None"]  # (tool, arguments) -> why it is blocked, or None
+
+
+def rule_denial_message(tool_name: str, verdict: Verdict) -> str:
+    """Why a deny rule (or the built-in deny list) refused a call, for the model."""
+    if verdict.builtin:
+        what = f"the built-in deny list refuses it in every mode (rule {verdict.rule}: {verdict.detail})"
+    else:
+        matched = f" (it matched `{verdict.detail}`)" if verdict.detail else ""
+        what = f"it matches the deny rule {verdict.rule} from {verdict.source}{matched}"
+    return (f"Permission denied: {tool_name} was not run: {what}. Do not retry it or a variant of it: "
+            "continue without it, or tell the user what you wanted to do and why.")
+
+
+def ask_refusal_message(tool_name: str, verdict: Verdict | None) -> str | None:
+    """The headless refusal of a call an ask rule wanted approved (None: not an ask rule)."""
+    if verdict is None or verdict.behavior != "ask":
+        return None
+    return (f"Permission denied: {tool_name} needs the user's approval (ask rule {verdict.rule} from "
+            f"{verdict.source}), and nobody can approve it in this run. Do not retry it: continue "
+            "with the tools you are allowed to use, and describe what you would have done.")
+
+
+def declined_message(tool_name: str) -> str:
+    return (f"Permission denied: the user declined this {tool_name} call. Do not retry it; stop and ask "
+            "the user how they want to proceed.")
 
 
 @dataclass
 class PermissionPolicy:
-    """The permission state of one agent: the mode and, in an interactive session, who to ask."""
+    """The permission state of one agent: the mode, the settings' rules, the PreToolUse
+    hooks and, in an interactive session, who to ask. ``root`` is the project, against
+    which path rules are matched."""
 
     mode: PermissionMode = PermissionMode.DEFAULT
     ask: Asker | None = None
+    rules: RuleSet = field(default_factory=RuleSet)
+    root: Path | None = None
+    pre_tool_use: PreToolUse | None = None
 
     def __post_init__(self) -> None:
         self.mode = PermissionMode(self.mode)
@@ -119,5 +173,201 @@ class PermissionPolicy:
         return cls(PermissionMode(value or PermissionMode.DEFAULT))
 
     def check(self, tool: Tool, arguments: Any) -> Decision:
-        ask = None if self.ask is None else (lambda: self.ask(tool, arguments))  # type: ignore[misc]
-        return decide(self.mode, tool.name, tool.kind, ask)
+        """Allow or refuse one call (the steps are in the module doc)."""
+        verdict = self.rules.evaluate(tool, arguments, self.root)
+        if verdict is not None and verdict.behavior == "deny":
+            return Decision(False, rule_denial_message(tool.name, verdict))
+        kind = effective_kind(self.mode, tool, arguments)
+        behavior = mode_behavior(self.mode, kind)
+        if verdict is not None and (self.mode is not PermissionMode.PLAN or kind == "read"):
+            behavior = verdict.behavior
+        else:
+            verdict = None
+        if behavior == "deny":
+            decision = Decision(False, denial_message(self.mode, tool.name, kind, behavior))
+            return explain_plan_refusal(self.mode, tool, arguments, decision)
+        if self.pre_tool_use is not None:
+            blocked = self.pre_tool_use(tool, arguments)
+            if blocked is not None:
+                return Decision(False, blocked)
+        if behavior == "allow":
+            return Decision(True)
+        if self.ask is not None:
+            return Decision(True) if self.ask(tool, arguments) else Decision(False, declined_message(tool.name))
+        message = ask_refusal_message(tool.name, verdict)
+        return Decision(False, message or denial_message(self.mode, tool.name, kind, behavior))
+
+
+# --- read-only commands (plan mode) ---------------------------------------------------
+
+READ_ONLY_COMMANDS = frozenset({
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo", "printf",
+    "tree", "file", "stat", "du", "df", "which", "type", "diff", "cmp", "cut", "tr", "nl",
+    "basename", "dirname", "realpath", "readlink", "date", "whoami", "id", "uname", "true",
+    "false", "cd", "find", "sort", "uniq", "test", "[", "md5sum", "sha1sum", "sha256sum", "git",
+})
+# options that make an otherwise read-only command write files or run programs
+_WRITING_OPTIONS: dict[str, tuple[str, ...]] = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"),
+    "sort": ("-o", "--output", "--compress-program"),
+    "tree": ("-o", "-R"),
+    "rg": ("--pre",),
+    "file": ("-C", "--compile"),
+    "date": ("-s", "--set"),
+    "git": ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--exec"),
+}
+GIT_READ_ONLY = frozenset({
+    "status", "diff", "log", "show", "blame", "rev-parse", "ls-files", "ls-tree", "grep", "describe",
+    "shortlog", "cat-file", "rev-list", "merge-base", "show-ref", "branch", "tag", "remote", "stash",
+    "config", "reflog",
+})
+_SEPARATORS = frozenset({";", "&&", "||", "|"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+_SHELL_PUNCTUATION = set("();<>|&")
+
+
+def _tokens(command: str) -> list[str]:
+    """Shell words and operators; ``#`` is an ordinary character (a comment would otherwise
+    hide what follows it from the check, while bash may still run it: ``ls a#; rm x``)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def _is_operator(token: str) -> bool:
+    return bool(token) and set(token) <= _SHELL_PUNCTUATION
+
+
+def _option_hits(args: list[str], options: tuple[str, ...]) -> str | None:
+    """The first of ``args`` that is (or starts with ``--opt=``, or for a one-letter option
+    is bundled as) one of ``options``."""
+    for arg in args:
+        for opt in options:
+            if arg == opt or (opt.startswith("--") and arg.startswith(opt + "=")):
+                return arg
+            if (len(opt) == 2 and opt[0] == "-" and arg.startswith("-") and not arg.startswith("--")
+                    and opt[1] in arg[1:] and arg[1:].isalpha()):
+                return arg
+    return None
+
+
+def _git_problem(args: list[str]) -> str | None:
+    i = 0
+    while i < len(args) and args[i].startswith("-"):  # options before the subcommand
+        if args[i] == "-C" and i + 1 < len(args):
+            i += 2
+        elif args[i] == "--no-pager":
+            i += 1
+        else:
+            return f"git option {args[i]} is not allowed (it can change what git runs)"
+    if i == len(args):
+        return None  # plain `git`: prints its help
+    sub, rest = args[i], args[i + 1:]
+    if sub not in GIT_READ_ONLY:
+        return f"git {sub} can change the repository"
+    positional = [a for a in rest if not a.startswith("-")]
+    if sub in ("branch", "tag") and positional and not ({"-l", "--list"} & set(rest)):
+        return f"git {sub} with a name creates or changes one"
+    if sub in ("branch", "tag") and _option_hits(rest, ("-d", "-D", "-m", "-M", "-c", "-C", "-f", "-u", "--delete",
+                                                        "--move", "--copy", "--force", "--set-upstream-to",
+                                                        "--unset-upstream", "--edit-description")):
+        return f"git {sub} with these options changes the repository"
+    if sub == "stash" and positional[:1] not in ([], ["list"], ["show"]):
+        return "only git stash list/show are read-only"
+    if sub == "stash" and not positional:
+        return "git stash (push) changes the working tree"
+    if sub == "remote" and positional[:1] not in ([], ["show"], ["get-url"]):
+        return "only git remote, remote -v, show and get-url are read-only"
+    if sub == "reflog" and positional[:1] not in ([], ["show"]):
+        return "only git reflog (show) is read-only"
+    if sub == "config" and not ({"--get", "--get-all", "--get-regexp", "--list", "-l"} & set(rest)):
+        return "only git config --get/--list is read-only"
+    return None
+
+
+def _simple_command_problem(words: list[str]) -> str | None:
+    """Why one simple command (no operators) is not read-only, or None."""
+    if not words:
+        return "empty command"
+    if _ASSIGNMENT.match(words[0]):
+        return f"variable assignment {words[0]!r} (it can change what a command runs)"
+    name, args = words[0], words[1:]
+    if name not in READ_ONLY_COMMANDS:
+        return f"{name!r} is not a read-only command"
+    hit = _option_hits(args, _WRITING_OPTIONS.get(name, ()))
+    if hit is not None:
+        return f"{name} {hit} writes files or runs programs"
+    if name == "uniq" and len([a for a in args if not a.startswith("-")]) > 1:
+        return "uniq with an output file writes it"
+    if name == "git":
+        return _git_problem(args)
+    return None
+
+
+def read_only_command_problem(command: str) -> str | None:
+    """``None`` when ``command`` only reads; otherwise why it is not read-only (one phrase)."""
+    if not command.strip():
+        return "empty command"
+    if "\n" in command or "\r" in command:
+        return "multi-line commands are not checked as read-only"
+    if "`" in command or "$(" in command or "${" in command:
+        return "command substitution or parameter expansion"
+    try:
+        tokens = _tokens(command)
+    except ValueError as exc:  # unbalanced quotes
+        return f"cannot parse the command ({exc})"
+    words: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if token in _SEPARATORS:
+            problem = _simple_command_problem(words)
+            if problem:
+                return problem
+            words = []
+        elif token in (">", ">>", "&>", ">|") and nxt == "/dev/null":
+            i += 1
+        elif token == ">&" and nxt in ("1", "2"):
+            i += 1
+        elif token == "<" and nxt is not None and not _is_operator(nxt):
+            i += 1  # input from a file: reading
+        elif _is_operator(token):
+            return f"shell operator {token!r} (redirection, subshell or background job)"
+        else:
+            words.append(token)
+        i += 1
+    return _simple_command_problem(words)
+
+
+def is_read_only_command(command: str) -> bool:
+    """True when every command in ``command`` only reads (see :func:`read_only_command_problem`)."""
+    return read_only_command_problem(command) is None
+
+
+def _command_of(tool: Tool, arguments: Any) -> str | None:
+    """The shell command an ``execute`` tool was asked to run (its ``command`` argument)."""
+    if tool.kind != "execute" or not isinstance(arguments, dict):
+        return None
+    command = arguments.get("command")
+    return command if isinstance(command, str) else None
+
+
+def effective_kind(mode: PermissionMode | str, tool: Tool, arguments: Any) -> ToolKind:
+    """The kind the mode table is asked about: in plan mode an ``execute`` call whose
+    ``command`` is read-only counts as a ``read``; otherwise the tool's own kind."""
+    command = _command_of(tool, arguments)
+    if PermissionMode(mode) is PermissionMode.PLAN and command is not None and is_read_only_command(command):
+        return "read"
+    return tool.kind
+
+
+def explain_plan_refusal(mode: PermissionMode | str, tool: Tool, arguments: Any, decision: Decision) -> Decision:
+    """A plan-mode refusal of a command says why the command is not read-only."""
+    command = _command_of(tool, arguments)
+    if decision.allowed or PermissionMode(mode) is not PermissionMode.PLAN or command is None:
+        return decision
+    why = read_only_command_problem(command)
+    return Decision(False, f"{decision.message} (Plan mode runs only read-only commands such as ls, cat, "
+                           f"grep, git status/diff/log; this one is not: {why}.)")

@@ -2,7 +2,9 @@
 
 The base text says how to work; one line more says what the permission mode allows, so
 the model does not spend turns on calls that will be refused (it would still be told so,
-by the denial itself).
+by the denial itself). Project memory (``AGENTS.md`` files, see ``agent/memory.py``) comes
+last, in its own delimited blocks, so the instructions of the harness and of the user never
+blur together.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ what matters. File paths are relative to that directory; you cannot reach outsid
 To change a file, read it with read_file first, then use edit_file (an exact old_string
 that occurs once) or write_file; use bash to run commands such as the tests.
 You have no clock: ask the system_date tool for the date or time.
+For a task with several steps, keep a todo list with todo_write and update it as you go.
+The task tool hands a self-contained sub-task (a search, an investigation) to a sub-agent
+with a fresh context; it answers with its findings.
 When a tool returns an error, read it and try again differently; when it says permission
 denied, do not retry that tool.
 Answer concisely; cite files as path:line where it helps."""
@@ -25,17 +30,21 @@ MODE_NOTES = {
                "will be refused in this run, so describe the changes you would make.",
     "acceptEdits": "Permission mode: acceptEdits. You may read and edit files; commands (bash) "
                    "will be refused.",
-    "plan": "Permission mode: plan. Only read and search: investigate, then give a plan for "
-            "the change as your answer; edits and commands will be refused.",
+    "plan": "Permission mode: plan. Only read and search: investigate (bash may run read-only "
+            "commands such as ls, cat, grep, git status/diff/log), then give a plan for the change "
+            "with exit_plan_mode (or as your answer); edits and other commands will be refused.",
     "bypassPermissions": "Permission mode: bypassPermissions. You may read, edit files and run "
                          "commands.",
 }
 
 
-def system_prompt(cwd: Path, permission_mode: str | None = None) -> str:
+def system_prompt(cwd: Path, permission_mode: str | None = None, memory: str = "") -> str:
     """The system prompt for a project at ``cwd``; with ``permission_mode`` (a mode's name)
-    a line saying what that mode allows."""
+    a line saying what that mode allows; with ``memory`` (from
+    :func:`agent_code.agent.memory.load_memory`) the project's instructions after it."""
     text = SYSTEM_PROMPT.format(cwd=cwd)
     if permission_mode is not None:
         text += "\n" + MODE_NOTES[str(getattr(permission_mode, "value", permission_mode))]
+    if memory:
+        text += "\n\n" + memory
     return text

@@ -36,6 +36,10 @@ class TextRenderer:
         c.print(f"cwd: {info['cwd']}", markup=False)
         c.print(f"provider: {info['provider']}  model: {info['model']}  base_url: {info.get('base_url') or '-'}",
                 markup=False)
+        if info.get("session_id"):
+            state = f"resumed, {info.get('messages', 0)} messages" if info.get("resumed") else "new"
+            c.print(f"session: {info['session_id']} ({state}; continue it with --resume {info['session_id']})",
+                    markup=False, highlight=False)
         c.print()
 
     def __call__(self, event: dict[str, Any]) -> None:

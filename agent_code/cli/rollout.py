@@ -28,7 +28,7 @@ _RAY_ADDRESS = re.compile(r"^(auto|local|ray://.+|[\w.\-]+:\d+)$")
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def rollout(
     tasks_file: str = typer.Argument(..., metavar="TASKS", help="Tasks JSONL file, or 'bundled' for the bundled set."),
-    agent: str = typer.Option("agent-code", "--agent", help="CLI agent: agent-code, claude-code."),
+    agent: str = typer.Option("agent-code", "--agent", help="CLI agent: agent-code, claude-code, codex, qwen-code."),
     engine: str = typer.Option("llamacpp", "--engine", help="Engine spec for the in-process gateway."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer/chat template (default: the engine's)."),
     tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Tool-call parser (default: detected)."),

@@ -1,7 +1,12 @@
 """``agent-code [OPTIONS] [PROMPT]``: the agent's own command.
 
-Exit codes: 0 final answer · 1 error (provider, endpoint, script, cwd) · 2 bad usage ·
-3 stopped at ``--max-steps`` · 130 interrupted.
+Exit codes: 0 final answer · 1 error (provider, endpoint, script, cwd, session) · 2 bad
+usage · 3 stopped at ``--max-steps`` · 130 interrupted.
+
+Each run is a session (``agent/sessions.py``): its turns go to
+``<project>/.agent/sessions/<id>.jsonl`` as they happen; ``-c`` continues the latest one,
+``--resume ID`` a given one. The system prompt carries the project's memory
+(``agent/memory.py``); the agent compacts its context near ``--context-window``.
 """
 
 from __future__ import annotations
@@ -14,15 +19,11 @@ from typing import Optional
 import typer
 
 from agent_code import __version__
+from agent_code.agent.compaction import DEFAULT_CONTEXT_WINDOW
 from agent_code.agent.loop import DEFAULT_MAX_STEPS
 from agent_code.agent.permissions import PermissionMode
 
 EXIT_OK, EXIT_ERROR, EXIT_MAX_STEPS, EXIT_INTERRUPTED = 0, 1, 3, 130
-
-REPL_HELP = """commands:
-  /help   show this help
-  /exit   leave (also /quit, Ctrl-D)
-anything else is sent to the agent; the conversation continues until you leave."""
 
 
 class OutputFormat(str, Enum):
@@ -71,6 +72,15 @@ def run(
         help="What tools may do: default (read only: edits and commands are refused, nobody can "
              "approve them), acceptEdits (read and edit files), plan (read only), "
              "bypassPermissions (read, edit and run commands)."),
+    continue_session: bool = typer.Option(False, "--continue", "-c",
+                                          help="Continue the most recent session of this project."),
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="ID",
+                                         help="Continue session ID (an id or a unique prefix of one)."),
+    no_session_persistence: bool = typer.Option(False, "--no-session-persistence",
+                                                help="Do not save this session under .agent/sessions."),
+    context_window: int = typer.Option(DEFAULT_CONTEXT_WINDOW, "--context-window", min=1000, metavar="N",
+                                       help="The model's context window in tokens; older turns are "
+                                            "summarized when the context reaches 80% of it."),
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
@@ -78,8 +88,13 @@ def run(
 
     Sub-commands: serve (the rollout gateway; see agent-code serve --help).
     """
+    from agent_code.agent.agent_tools import install_agent_tools
     from agent_code.agent.loop import Agent
+    from agent_code.agent.memory import load_memory
     from agent_code.agent.prompt import system_prompt
+    from agent_code.agent.sessions import SessionError, SessionLog, find_session, latest_session, load_session
+    from agent_code.agent.settings import SettingsError, apply_cli_settings
+    from agent_code.agent.todos import todos_from_dicts
     from agent_code.cli.render import make_renderer
     from agent_code.providers import ProviderError, create_provider
     from agent_code.tools import ToolContext, default_tools
@@ -101,6 +116,15 @@ def run(
         prompt = sys.stdin.read().rstrip("\n")
     if prompt is not None and not prompt.strip():
         fail("the prompt is empty", code=2)
+    if continue_session and resume is not None:
+        fail("use either -c/--continue or --resume ID, not both", code=2)
+    resumed = resumed_path = None
+    if continue_session or resume is not None:
+        try:
+            resumed_path = latest_session(root) if continue_session else find_session(root, resume or "")
+            resumed = load_session(resumed_path)
+        except SessionError as exc:
+            fail(str(exc))
     if local or engine:
         provider = ProviderName.local
     try:
@@ -110,13 +134,37 @@ def run(
         fail(str(exc))
     except Exception as exc:  # a local engine that cannot start (model missing, ...)
         fail(f"{provider.value} provider: {exc}")
-    tools = default_tools()
+    session = None
+    if resumed is not None:
+        session = SessionLog.reopen(resumed_path, resumed.id)
+    elif not no_session_persistence:
+        try:
+            session = SessionLog.create(root, provider=llm.name, model=llm.model, version=__version__)
+        except OSError as exc:  # a read-only project: run anyway, unsaved
+            print(f"agent-code: warning: the session is not saved: {exc}", file=sys.stderr)
+    memory, memory_files = load_memory(root)
+    if fmt == "text":
+        renderer = _TextExtras(renderer, quiet=print_mode)
+    agent = Agent(llm, default_tools(), ToolContext(root), system=system_prompt(root, permission_mode.value, memory),
+                  max_steps=max_steps, on_event=renderer, permissions=permission_mode,
+                  context_window=context_window, session=session)
+    agent.system_for_mode = lambda mode: system_prompt(root, mode, memory)
+    install_agent_tools(agent)
+    try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
+        apply_cli_settings(agent, root)
+    except SettingsError as exc:
+        fail(str(exc))
+    if resumed is not None:
+        agent.restore(resumed.messages, todos_from_dicts(resumed.todos))
     renderer.header({"cwd": str(root), "provider": llm.name, "model": llm.model,
-                     "base_url": getattr(llm, "base_url", None), "tools": [t.name for t in tools.list()],
-                     "max_steps": max_steps, "permission_mode": permission_mode.value,
+                     "base_url": getattr(llm, "base_url", None), "tools": [t.name for t in agent.tools.list()],
+                     "max_steps": max_steps, "permission_mode": agent.permissions.mode.value,
+                     "session_id": session.id if session is not None else None,
+                     "resumed": resumed is not None, "messages": len(agent.messages),
+                     "memory": [f.source for f in memory_files], "context_window": context_window,
                      "version": __version__})
-    agent = Agent(llm, tools, ToolContext(root), system=system_prompt(root, permission_mode.value),
-                  max_steps=max_steps, on_event=renderer, permissions=permission_mode)
+    for note in resumed.notes if resumed is not None else []:
+        print(f"agent-code: note: session {resumed.id}: {note}", file=sys.stderr)
 
     if prompt is None:
         raise typer.Exit(_repl(agent))
@@ -133,36 +181,48 @@ def run(
         raise typer.Exit(EXIT_MAX_STEPS)
 
 
+class _TextExtras:
+    """Text output for the events ``cli/render.py``'s text renderer does not draw: todo
+    lists, compactions and a sub-agent's tool calls (indented under the ``task`` call)."""
+
+    def __init__(self, renderer, quiet: bool) -> None:
+        self.renderer = renderer
+        self.quiet = quiet
+        self.header = renderer.header
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind not in ("todos", "compaction", "subagent"):
+            self.renderer(event)
+            return
+        if self.quiet:
+            return
+        console = self.renderer.console
+        if kind == "todos":
+            from agent_code.agent.todos import render_todos, todos_from_dicts
+
+            console.print("todos:", style="magenta", end=" ")
+            console.print(render_todos(todos_from_dicts(event["todos"])).replace("\n", "\n       "), markup=False)
+        elif kind == "compaction":
+            console.print(f"compaction ({event['trigger']}): {event.get('replaced', 0)} messages summarized, "
+                          f"{event.get('kept', 0)} kept"
+                          + (f"; {event['error']}" if event.get("error") else ""), style="magenta", markup=False)
+        else:
+            inner = event["event"]
+            if inner.get("type") == "tool_use":
+                console.print(f"  [{event['description']}] tool_call: {inner['name']} "
+                              f"{str(inner['input'])[:200]}", markup=False, style="dim")
+            elif inner.get("type") == "result" and inner.get("is_error"):
+                console.print(f"  [{event['description']}] stopped: {inner.get('error') or inner.get('result')}",
+                              markup=False, style="dim")
+
+
 def _repl(agent) -> int:
-    """Read prompts until /exit or end of input; one conversation throughout."""
-    print("agent-code REPL — /help for commands, /exit to leave", file=sys.stderr)
-    while True:
-        try:
-            line = input("> ")
-        except EOFError:
-            return EXIT_OK
-        except KeyboardInterrupt:
-            print("\n(use /exit or Ctrl-D to leave)", file=sys.stderr)
-            continue
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("/"):
-            command = line.split()[0]
-            if command in ("/exit", "/quit"):
-                return EXIT_OK
-            if command == "/help":
-                print(REPL_HELP)
-            else:
-                print(f"unknown command {command}; /help lists them")
-            continue
-        try:
-            result = agent.run(line)
-        except KeyboardInterrupt:
-            print("\n(interrupted; the turn was dropped)", file=sys.stderr)
-            continue
-        if result.status == "error":
-            print(f"agent-code: error: {result.error}", file=sys.stderr)
+    """The interactive shell (``cli/repl.py``): prompt_toolkit, slash commands, asking."""
+    from agent_code.agent.settings import user_dir
+    from agent_code.cli.repl import run_repl
+
+    return run_repl(agent, history_file=user_dir() / "history")
 
 
 def run_main(argv: list[str]) -> None:

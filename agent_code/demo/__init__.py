@@ -18,10 +18,12 @@ LOCAL_PROMPT = ("Use the read_file tool to read inventory/stock.py. "
 
 def demo_argv(*extra: str) -> list[str]:
     """The scripted demo's command line."""
-    return ["--provider", "scripted", "--script", str(DEMO_SCRIPT), "-C", str(SAMPLE_PROJECT), *extra, DEMO_PROMPT]
+    return ["--provider", "scripted", "--script", str(DEMO_SCRIPT), "-C", str(SAMPLE_PROJECT),
+            "--no-session-persistence", *extra, DEMO_PROMPT]
 
 
 def local_demo_argv(*extra: str) -> list[str]:
     """The main job: the embedded model through the in-process gateway. A 0.5B model on a
     CPU is slow and easily lost, so steps and reply length are kept short."""
-    return ["--local", "--max-steps", "6", "--max-tokens", "256", "-C", str(SAMPLE_PROJECT), *extra, LOCAL_PROMPT]
+    return ["--local", "--max-steps", "6", "--max-tokens", "256", "-C", str(SAMPLE_PROJECT),
+            "--no-session-persistence", *extra, LOCAL_PROMPT]

@@ -1,5 +1,6 @@
 """The ASGI app: routes, session management, health. Thin on purpose: everything with
-logic lives in the pipeline (the turn) and the protocol modules (the wire)."""
+logic lives in the pipeline (the turn), the shared HTTP turn flow, and one route module per
+wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,25 @@ from starlette.routing import Route
 
 from agent_code import __version__
 from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, read_json
+from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import AnthropicRoutes, error_response
+from agent_code.gateway.routes_openai_chat import ChatCompletionsRoutes, openai_error_response
+from agent_code.gateway.routes_openai_responses import ResponsesRoutes
+from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.trajectory.samples import SAMPLE_STATUSES
 
+OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses")
 SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int}
 
 
 def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                ping_interval_s: float = 5.0) -> Starlette:
-    anthropic = AnthropicRoutes(gateway, max_body_bytes=max_body_bytes, ping_interval_s=ping_interval_s)
+    flow = TurnFlow(gateway, ping_interval_s=ping_interval_s)
+    resolver = SessionResolver(gateway.store)
+    anthropic = AnthropicRoutes(gateway, flow, max_body_bytes=max_body_bytes)
+    chat = ChatCompletionsRoutes(gateway, flow, resolver, max_body_bytes=max_body_bytes)
+    responses = ResponsesRoutes(gateway, flow, resolver, max_body_bytes=max_body_bytes)
     started = time.time()
 
     async def healthz(request: Request) -> Response:
@@ -32,9 +42,12 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                              "uptime_s": round(time.time() - started, 3)})
 
     async def models(request: Request) -> Response:
+        # one entry readable as an Anthropic and as an OpenAI model object
         entry = {"type": "model", "id": gateway.model_name, "display_name": gateway.model_name,
-                 "created_at": "2026-01-01T00:00:00Z"}
-        return JSONResponse({"data": [entry], "has_more": False, "first_id": entry["id"], "last_id": entry["id"]})
+                 "created_at": "2026-01-01T00:00:00Z", "object": "model", "created": 1767225600,
+                 "owned_by": "agent-code"}
+        return JSONResponse({"object": "list", "data": [entry], "has_more": False, "first_id": entry["id"],
+                             "last_id": entry["id"]})
 
     async def open_session(request: Request) -> Response:
         try:
@@ -106,13 +119,20 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     async def http_error(request: Request, exc: Any) -> Response:
         status = getattr(exc, "status_code", 500)
         kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "api_error")
-        return error_response(HttpError(status, kind, f"{request.method} {request.url.path}: "
-                                        f"{getattr(exc, 'detail', 'error')}"))
+        err = HttpError(status, kind, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}")
+        path = request.url.path
+        openai = path.startswith(OPENAI_PATHS)
+        return openai_error_response(err) if openai else error_response(err)
 
     routes = [
         Route("/v1/messages", anthropic.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
+        Route("/v1/chat/completions", chat.completions, methods=["POST"]),
+        Route("/chat/completions", chat.completions, methods=["POST"]),
+        Route("/v1/responses", responses.responses, methods=["POST"]),
+        Route("/responses", responses.responses, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/models", models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", open_session, methods=["POST"]),
         Route("/v1/sessions/{sid}", get_session, methods=["GET"]),

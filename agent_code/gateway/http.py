@@ -1,8 +1,9 @@
-"""HTTP plumbing shared by every protocol's routes: bounded body reading, the session
-id from the credentials, cancellation when the client goes away, and error mapping.
+"""HTTP plumbing shared by every protocol's routes: bounded body reading, the credentials
+(the API key is the session id), cancellation when the client goes away, error mapping, and
+JSON responses that stay valid UTF-8 whatever they echo.
 
-Errors are raised as :class:`HttpError` (status, kind, message) and turned into each
-protocol's own error format by its routes.
+Errors are raised as :class:`HttpError` (status, kind, message, and the optional ``param`` and
+``code`` OpenAI's format carries) and turned into each protocol's own error format by its routes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from typing import Any, Awaitable, TypeVar
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from agent_code.engines.base import EngineError
 from agent_code.gateway.pipeline import RenderError
@@ -27,9 +29,13 @@ DISCONNECT_POLL_S = 0.25
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    """``param`` and ``code`` are optional details that OpenAI's error format carries."""
+
+    def __init__(self, status: int, kind: str, message: str, *, param: str | None = None,
+                 code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.kind, self.message = status, kind, message
+        self.param, self.code = param, code
 
 
 class ClientGone(Exception):
@@ -63,12 +69,28 @@ async def read_json(request: Request, limit: int) -> Any:
         raise HttpError(400, "invalid_request_error", "request body is nested too deeply") from None
 
 
-def session_id_from(request: Request) -> str:
-    """The API key is the session id: ``Authorization: Bearer ID`` or ``x-api-key: ID``."""
+def credential_from(request: Request) -> str | None:
+    """The API key the client sent (``Authorization: Bearer ID`` or ``x-api-key: ID``), if any."""
     auth = request.headers.get("authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
-    return request.headers.get("x-api-key", "").strip() or "default"
+    return request.headers.get("x-api-key", "").strip() or None
+
+
+def session_id_from(request: Request) -> str:
+    """The API key is the session id; a client that sends none uses the session ``default``."""
+    return credential_from(request) or "default"
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response whose bytes are valid UTF-8 even when the payload holds a lone surrogate
+    (echoed from a hostile request, say): those are escaped instead of failing with a 500."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return Response(raw, status_code=status, headers=headers, media_type="application/json")
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -95,7 +117,7 @@ def as_http_error(exc: BaseException) -> HttpError:
     status = getattr(exc, "status", None)
     kind = getattr(exc, "kind", None)
     if isinstance(exc, SessionError) or (isinstance(status, int) and isinstance(kind, str)):
-        return HttpError(status, kind, str(exc))
+        return HttpError(status, kind, str(exc), param=getattr(exc, "param", None), code=getattr(exc, "code", None))
     if isinstance(exc, RenderError):
         return HttpError(400, "invalid_request_error", str(exc))
     if isinstance(exc, EngineError):

@@ -52,11 +52,11 @@ import base64
 import hashlib
 import hmac
 import json
-import math
 import secrets
 import string
 from typing import Any, Protocol
 
+from agent_code.protocols.jsontypes import is_int, is_number, type_name
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
@@ -110,34 +110,9 @@ class ThinkingSigner:
 # way in: validation helpers
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _need_object(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ProtocolError(f"{path}: must be an object, got {_type_name(value)}")
+        raise ProtocolError(f"{path}: must be an object, got {type_name(value)}")
     return value
 
 
@@ -147,7 +122,7 @@ def _need_str(obj: dict[str, Any], key: str, path: str, *, non_empty: bool = Fal
         raise ProtocolError(f"{where}: field required")
     value = obj[key]
     if not isinstance(value, str):
-        raise ProtocolError(f"{where}: must be a string, got {_type_name(value)}")
+        raise ProtocolError(f"{where}: must be a string, got {type_name(value)}")
     if non_empty and not value:
         raise ProtocolError(f"{where}: must be a non-empty string")
     return value
@@ -157,7 +132,7 @@ def _block_type(block: Any, path: str) -> str:
     _need_object(block, path)
     kind = block.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError(f"{path}.type: must be a string naming the block type, got {_type_name(kind)}")
+        raise ProtocolError(f"{path}.type: must be a string naming the block type, got {type_name(kind)}")
     return kind
 
 
@@ -166,7 +141,7 @@ def _content_blocks(content: Any, path: str) -> list[tuple[str, dict[str, Any]]]
     if isinstance(content, str):
         return [(path, {"type": "text", "text": content})]
     if not isinstance(content, list):
-        raise ProtocolError(f"{path}: must be a string or a list of content blocks, got {_type_name(content)}")
+        raise ProtocolError(f"{path}: must be a string or a list of content blocks, got {type_name(content)}")
     return [(f"{path}.{i}", block) for i, block in enumerate(content)]
 
 
@@ -209,7 +184,7 @@ def _system_text(system: Any, notes: list[str]) -> str:
             _, _, system = system.partition("\n")
         return system
     if not isinstance(system, list):
-        raise ProtocolError(f"system: must be a string or a list of text blocks, got {_type_name(system)}")
+        raise ProtocolError(f"system: must be a string or a list of text blocks, got {type_name(system)}")
     parts: list[str] = []
     for i, block in enumerate(system):
         path = f"system.{i}"
@@ -242,7 +217,7 @@ def _fold_system_messages(messages: list[Any], notes: list[str]) -> list[tuple[s
         if role not in ("user", "assistant", "system"):
             raise ProtocolError(f"{path}.role: must be 'user', 'assistant' or 'system', got {role!r}"
                                 if isinstance(role, str) else
-                                f"{path}.role: must be 'user', 'assistant' or 'system', got {_type_name(role)}")
+                                f"{path}.role: must be 'user', 'assistant' or 'system', got {type_name(role)}")
         if "content" not in message:
             raise ProtocolError(f"{path}.content: field required")
         blocks = _content_blocks(message["content"], f"{path}.content")
@@ -286,7 +261,7 @@ def _user_messages(blocks: list[tuple[str, dict[str, Any]]], notes: list[str]) -
         elif kind == "tool_result":
             _need_str(block, "tool_use_id", path)
             if "is_error" in block and not isinstance(block["is_error"], (bool, type(None))):
-                raise ProtocolError(f"{path}.is_error: must be a boolean, got {_type_name(block['is_error'])}")
+                raise ProtocolError(f"{path}.is_error: must be a boolean, got {type_name(block['is_error'])}")
             content = block.get("content")
             if content is None:
                 text = ""
@@ -317,7 +292,7 @@ def _assistant_message(blocks: list[tuple[str, dict[str, Any]]], notes: list[str
             thought = _need_str(block, "thinking", path)
             signature = block.get("signature")
             if signature is not None and not isinstance(signature, str):
-                raise ProtocolError(f"{path}.signature: must be a string, got {_type_name(signature)}")
+                raise ProtocolError(f"{path}.signature: must be a string, got {type_name(signature)}")
             if signer is not None:
                 try:
                     ok = bool(signature) and signer.verify(thought, signature)
@@ -333,7 +308,7 @@ def _assistant_message(blocks: list[tuple[str, dict[str, Any]]], notes: list[str
             _need_str(block, "id", path, non_empty=True)
             name = _need_str(block, "name", path, non_empty=True)
             if not isinstance(block.get("input"), dict):
-                raise ProtocolError(f"{path}.input: must be an object, got {_type_name(block.get('input'))}")
+                raise ProtocolError(f"{path}.input: must be an object, got {type_name(block.get('input'))}")
             calls.append({"type": "function", "function": {"name": name, "arguments": block["input"]}})
         elif kind == "tool_result":
             raise ProtocolError(f"{path}.type: tool_result blocks belong in user messages")
@@ -351,7 +326,7 @@ def _tools(tools: Any, notes: list[str]) -> list[ToolSchema] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise ProtocolError(f"tools: must be a list, got {_type_name(tools)}")
+        raise ProtocolError(f"tools: must be a list, got {type_name(tools)}")
     out: list[ToolSchema] = []
     seen: set[str] = set()
     for i, tool in enumerate(tools):
@@ -360,7 +335,7 @@ def _tools(tools: Any, notes: list[str]) -> list[ToolSchema] | None:
         name = _need_str(tool, "name", path, non_empty=True)
         kind = tool.get("type")
         if kind is not None and not isinstance(kind, str):
-            raise ProtocolError(f"{path}.type: must be a string, got {_type_name(kind)}")
+            raise ProtocolError(f"{path}.type: must be a string, got {type_name(kind)}")
         if kind not in (None, "custom") and "input_schema" not in tool:
             notes.append(f"{path}: server tool {name!r} ({kind}) dropped")
             continue
@@ -371,12 +346,12 @@ def _tools(tools: Any, notes: list[str]) -> list[ToolSchema] | None:
             raise ProtocolError(f"{path}.input_schema: field required")
         schema = tool["input_schema"]
         if not isinstance(schema, dict):
-            raise ProtocolError(f"{path}.input_schema: must be an object, got {_type_name(schema)}")
+            raise ProtocolError(f"{path}.input_schema: must be an object, got {type_name(schema)}")
         description = tool.get("description")
         if description is None:
             description = ""
         elif not isinstance(description, str):
-            raise ProtocolError(f"{path}.description: must be a string, got {_type_name(description)}")
+            raise ProtocolError(f"{path}.description: must be a string, got {type_name(description)}")
         out.append({"type": "function", "function": {"name": name, "description": description,
                                                      "parameters": schema}})
     return out or None
@@ -389,29 +364,29 @@ def _sampling(body: dict[str, Any], *, require_max_tokens: bool) -> SamplingPara
             raise ProtocolError("max_tokens: field required")
     else:
         value = body["max_tokens"]
-        if not _is_int(value) or value <= 0:
-            shown = repr(value) if _is_number(value) else _type_name(value)
+        if not is_int(value) or value <= 0:
+            shown = repr(value) if is_number(value) else type_name(value)
             raise ProtocolError(f"max_tokens: must be a positive integer, got {shown}")
         sampling.max_new_tokens = value
     value = body.get("temperature")
     if value is not None:
-        if not _is_number(value) or value < 0:
+        if not is_number(value) or value < 0:
             raise ProtocolError("temperature: must be a non-negative number")
         sampling.temperature = float(value)
     value = body.get("top_p")
     if value is not None:
-        if not _is_number(value) or not 0 <= value <= 1:
+        if not is_number(value) or not 0 <= value <= 1:
             raise ProtocolError("top_p: must be a number between 0 and 1")
         sampling.top_p = float(value)
     value = body.get("top_k")
     if value is not None:
-        if not _is_int(value) or value < 0:
+        if not is_int(value) or value < 0:
             raise ProtocolError("top_k: must be a non-negative integer")
         sampling.top_k = value
     value = body.get("stop_sequences")
     if value is not None:
         if not isinstance(value, list):
-            raise ProtocolError(f"stop_sequences: must be a list of strings, got {_type_name(value)}")
+            raise ProtocolError(f"stop_sequences: must be a list of strings, got {type_name(value)}")
         for i, stop in enumerate(value):
             if not isinstance(stop, str) or not stop:
                 raise ProtocolError(f"stop_sequences.{i}: must be a non-empty string")
@@ -425,9 +400,9 @@ def _thinking(value: Any, notes: list[str]) -> bool:
     _need_object(value, "thinking")
     kind = value.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError(f"thinking.type: must be a string, got {_type_name(kind)}")
+        raise ProtocolError(f"thinking.type: must be a string, got {type_name(kind)}")
     budget = value.get("budget_tokens")
-    if budget is not None and (not _is_int(budget) or budget < 0):
+    if budget is not None and (not is_int(budget) or budget < 0):
         raise ProtocolError("thinking.budget_tokens: must be a non-negative integer")
     if kind in THINKING_ON:
         return True
@@ -438,7 +413,7 @@ def _thinking(value: Any, notes: list[str]) -> bool:
 
 def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) -> ChatRequest:
     if not isinstance(body, dict):
-        raise ProtocolError(f"request body: must be a JSON object, got {_type_name(body)}")
+        raise ProtocolError(f"request body: must be a JSON object, got {type_name(body)}")
     model = _need_str(body, "model", "", non_empty=True)
     notes: list[str] = []
     sampling = _sampling(body, require_max_tokens=require_max_tokens)
@@ -462,7 +437,7 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) ->
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise ProtocolError(f"stream: must be a boolean, got {_type_name(stream)}")
+        raise ProtocolError(f"stream: must be a boolean, got {type_name(stream)}")
     thinking = _thinking(body.get("thinking"), notes)
     tool_choice = body.get("tool_choice")
     if tool_choice is not None:

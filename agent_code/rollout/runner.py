@@ -29,7 +29,9 @@ from agent_code.trajectory.samples import Sample
 
 ABORT_REASONS = ("boot", "launch", "budget", "agent_crash", "empty_trajectory", "grade_error", "gateway",
                  "interrupted")
-OK_EXIT_CODES = {"agent-code": (0, 3)}   # agent-code exits 3 at --max-steps: an answer, not a crash
+# exit codes that end a run normally; agent-code exits 3 at --max-steps and Qwen Code 53 at
+# --max-session-turns: an answer, not a crash
+OK_EXIT_CODES = {"agent-code": (0, 3), "qwen-code": (0, 53)}
 
 
 @dataclass
@@ -153,7 +155,10 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
             result.diff_bytes = len(result.diff.encode())
             clock.lap("diff")
     finally:
-        await asyncio.shield(box.__aexit__(None, None, None))
+        try:
+            await box.__aexit__(None, None, None)
+        except asyncio.CancelledError:  # cancelled again while cleaning up: it has done what it could
+            pass
         clock.lap("teardown")
 
     if result.abort_reason not in ("boot", "launch") and run is not None:
@@ -234,9 +239,7 @@ async def run_all(tasks: Sequence[Any], config: RolloutConfig, gateway_url: str,
         jobs = [asyncio.ensure_future(one(task, k)) for task in tasks for k in range(config.samples_per_task)]
         try:
             await asyncio.gather(*jobs)
-        except asyncio.CancelledError:
-            for job in jobs:
-                job.cancel()
+        except asyncio.CancelledError:  # gather cancelled every rollout: let them clean up
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
     return results

@@ -129,6 +129,8 @@ class LocalSandbox:
         self.workdir, self.home = str(self.root / "workspace"), str(self.root / "home")
         if self.isolated:
             self._write_identity()
+            if _hidden_ancestor(self.root) is not None:  # e.g. TMPDIR under a 0700 dir: mount it in
+                self.provide(self.root)
             if self.tool_paths:  # the interpreter on PATH must be usable by the agent user too
                 for path in {sys.prefix, sys.base_prefix, *self.tool_paths}:
                     self.provide(path)
@@ -138,14 +140,19 @@ class LocalSandbox:
         await self.close()
 
     async def close(self) -> None:
-        for proc in list(self._procs):
-            self._kill_group(proc)
-        for proc in list(self._procs):
+        self.terminate()  # everything that matters happens before the first await: a second
+        for proc in list(self._procs):  # cancellation (Ctrl-C twice) cannot leave a mess behind
             try:
                 await asyncio.wait_for(proc.wait(), 5)
             except (asyncio.TimeoutError, ProcessLookupError):
                 pass
         self._procs.clear()
+        self.terminate()
+
+    def terminate(self) -> None:
+        """Kill every process of the sandbox and remove its directory, synchronously."""
+        for proc in list(self._procs):
+            self._kill_group(proc)
         kill_marked(self.id)
         if not self.keep and self.root != Path() and self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
@@ -182,43 +189,57 @@ class LocalSandbox:
         return str(path)
 
     def _mount_script(self) -> str:
-        """Shell run as root inside the new mount namespace, before dropping to the agent uid."""
-        stash = self.root / ".mnt"
-        lines = ["set -e", f"mount --bind {stash / 'passwd'} /etc/passwd",
-                 f"mount --bind {stash / 'group'} /etc/group"]
+        """Shell run as root inside the new mount namespace, before dropping to the agent uid.
+
+        Every path to keep is first bind-mounted aside (into a scratch tmpfs on ``/mnt``), then
+        the hidden directories get an empty tmpfs each, then the kept paths are moved back into
+        place — so the agent sees them and nothing else of what is hidden."""
+        q = shlex.quote
+        identity = self.root / ".mnt"
+        lines = ["set -e", f"mount --bind {q(str(identity / 'passwd'))} /etc/passwd",
+                 f"mount --bind {q(str(identity / 'group'))} /etc/group"]
         overlays: dict[Path, list[Path]] = {h: [] for h in self.hide}
         for path in self.exposed:
             holder = next((h for h in self.hide if h == path or h in path.parents), None) or _hidden_ancestor(path)
             if holder is not None:
                 overlays.setdefault(holder, []).append(path)
-        for n, (hidden, keep) in enumerate(overlays.items()):
-            if not hidden.exists() or hidden == self.root or hidden in self.root.parents:
-                continue  # never hide the sandbox itself
-            if not hidden.is_dir():
-                lines.append(f"mount --bind /dev/null {shlex.quote(str(hidden))}")
+        hidden_dirs, files, moves = [], [], []
+        for hidden in sorted(overlays, key=lambda p: len(p.parts)):
+            if not hidden.exists() or hidden == self.root:
                 continue
-            moves = []
-            for k, path in enumerate(keep):
-                if not path.exists():
-                    continue
-                slot = stash / f"{n}-{k}"
-                make = "mkdir -p" if path.is_dir() else "touch"
-                lines += [f"{make} {shlex.quote(str(slot))}", f"mount --rbind {shlex.quote(str(path))} {slot}"]
-                moves.append((slot, path, make))
-            lines.append(f"mount -t tmpfs -o mode=0755,size=1m agent-code-hidden {shlex.quote(str(hidden))}")
-            for slot, path, make in moves:
-                if path.is_dir():
-                    lines.append(f"mkdir -p {shlex.quote(str(path))}")
-                else:
-                    lines += [f"mkdir -p {shlex.quote(str(path.parent))}", f"touch {shlex.quote(str(path))}"]
-                lines.append(f"mount --move {slot} {shlex.quote(str(path))}")
+            keep = overlays[hidden]
+            if hidden in self.root.parents and self.root not in keep:
+                keep.append(self.root)  # hiding around the sandbox: the sandbox itself stays
+            if not hidden.is_dir():
+                files.append(hidden)
+                continue
+            hidden_dirs.append(hidden)
+            moves += [path for path in keep if path.exists()]
+        if moves:
+            lines.append("mount -t tmpfs -o mode=0700,size=1m agent-code-scratch /mnt")
+        for k, path in enumerate(moves):
+            lines += [f"{'mkdir -p' if path.is_dir() else 'touch'} /mnt/{k}", f"mount --rbind {q(str(path))} /mnt/{k}"]
+        lines += [f"mount --bind /dev/null {q(str(f))}" for f in files]
+        # outermost hidden dirs first; one inside another is already hidden, unless it lies in a
+        # kept path — then it is hidden again once that path is back in place
+        top = [h for h in hidden_dirs if not any(o in h.parents for o in hidden_dirs)]
+        inner = [h for h in hidden_dirs if h not in top and any(k == h or k in h.parents for k in moves)]
+        tmpfs = "mount -t tmpfs -o mode=0755,size=1m agent-code-hidden "
+        lines += [tmpfs + q(str(h)) for h in top]
+        for k, path in enumerate(moves):
+            if path.is_dir():
+                lines.append(f"mkdir -p {q(str(path))}")
+            else:
+                lines += [f"mkdir -p {q(str(path.parent))}", f"touch {q(str(path))}"]
+            lines.append(f"mount --move /mnt/{k} {q(str(path))}")
+        lines += [tmpfs + q(str(h)) for h in inner]
         return "\n".join(lines)
 
     def _argv(self, command: str, user: str) -> list[str]:
         if user == "root" or not self.isolated:
             return ["/bin/sh", "-c", command]
-        drop = shlex.join(["prlimit", f"--nproc={int(self.max_procs)}", "--", "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                           "--no-new-privs", "--", "/bin/sh", "-c", command])
+        drop = shlex.join(["prlimit", f"--nproc={int(self.max_procs)}", "--", "setpriv", f"--reuid={self.uid}",
+                           f"--regid={self.gid}", "--clear-groups", "--no-new-privs", "--", "/bin/sh", "-c", command])
         return ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
                 "--mount-proc", "--", "/bin/sh", "-c", self._mount_script() + "\nexec " + drop]
 

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from agent_code.globs import glob_regex
 from agent_code.sandbox.base import Sandbox
 from agent_code.tasks.task import Task, TaskError
 from agent_code.tasks.workspace import GIT_ENV, run_step, prepare_workspace
@@ -63,31 +64,9 @@ class Grade:
 # --- test files -------------------------------------------------------------------------------
 
 def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """A path glob: ``*`` and ``?`` stay inside one path component, ``**`` crosses them, and
-    ``**/`` also matches nothing (so ``**/test_*.py`` matches ``test_a.py`` at the top)."""
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1:end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+    """A path glob (``agent_code/globs.py``): ``*`` and ``?`` stay inside one path component,
+    ``**/`` crosses them and also matches nothing (so ``**/test_*.py`` matches ``test_a.py``)."""
+    return re.compile(glob_regex(pattern) + r"\Z")
 
 
 def matches_any(path: str, globs: Iterable[str]) -> bool:

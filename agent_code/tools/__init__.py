@@ -7,6 +7,7 @@ from agent_code.tools import edit as _edit
 from agent_code.tools import files as _files
 from agent_code.tools import grep as _grep  # the module; `_grep.grep` is the tool
 from agent_code.tools import shell as _shell
+from agent_code.tools import skill as _skill
 from agent_code.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolRegistry, tool
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolKind", "ToolRegistry", "tool", "default_tools"]
@@ -19,6 +20,6 @@ def default_tools() -> ToolRegistry:
     registry = ToolRegistry()
     for t in (_builtin.echo, _builtin.system_date, _files.read_file, _files.list_files,
               _files.glob, _grep.grep, _files.project_tree, _edit.edit_file, _edit.write_file,
-              _shell.bash):
+              _shell.bash, _skill.skill):
         registry.register(t)
     return registry

@@ -32,7 +32,7 @@ from typing import Annotated
 
 from agent_code.tools import paths
 from agent_code.tools.base import ToolContext, ToolError, tool
-from agent_code.tools.files import glob_regex
+from agent_code.globs import glob_regex
 from agent_code.tools.paths import cut_line, display, printable, resolve_inside
 
 MAX_LINE_CHARS = 500

@@ -21,6 +21,7 @@ from agent_code.tools.base import ToolContext, ToolError
 IGNORED_DIRS = frozenset({
     ".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
     ".ruff_cache", ".tox", "dist", "build", ".idea",
+    ".agent",  # agent-code's own state (session transcripts): searching it finds the agent's own words
 })
 MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are "huge": read_file refuses them, grep skips them
 BINARY_SNIFF_BYTES = 8192

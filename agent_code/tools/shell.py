@@ -100,6 +100,21 @@ def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str])
     fd = proc.stdout.fileno()
     out = CappedOutput()
     deadline = time.monotonic() + timeout
+    try:
+        timed_out = _pump(proc, fd, out, deadline)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) mid-command: the command goes with the turn
+        _kill_group(proc.pid)
+        proc.stdout.close()
+        proc.wait()
+        raise
+    _kill_group(proc.pid)  # leftovers (`cmd &`) do not outlive the call
+    proc.stdout.close()
+    status = proc.wait()
+    return out.text(), None if timed_out else status
+
+
+def _pump(proc: subprocess.Popen, fd: int, out: CappedOutput, deadline: float) -> bool:
+    """Read the command's output until it ends (or the deadline kills it); True if it timed out."""
     timed_out = False
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -122,10 +137,7 @@ def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str])
             if not chunk:
                 break  # every writer is gone
             out.add(chunk)
-    _kill_group(proc.pid)  # leftovers (`cmd &`) do not outlive the call
-    proc.stdout.close()
-    status = proc.wait()
-    return out.text(), None if timed_out else status
+    return timed_out
 
 
 def _status_line(status: int) -> str:

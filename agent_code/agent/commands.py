@@ -1,0 +1,452 @@
+"""Shell commands as the permission layer sees them: tokenized, split and unwrapped.
+
+A rule about commands must not be fooled by spelling. ``rm -r -f /``, ``rm -fr /``,
+``rm --recursive --force -- /``, ``sudo rm -rf //``, ``bash -c "rm -rf /"``,
+``echo ok; rm -rf /`` and ``x=$(rm -rf /)`` all run the same thing, and a check on the
+raw string sees none of that. So a command is taken apart the way bash would, in pure
+functions (no process is started, nothing is expanded or looked up):
+
+1. :func:`shell_syntax.tokenize` / :func:`shell_syntax.parse` (bash quoting,
+   operators, substitutions, here-documents) — pipelines of simple commands. Rule
+   patterns, which are plain words, are split with :mod:`shlex`.
+2. :func:`analyze` — every command the text would run, at any depth: substitutions,
+   ``bash -c``/``sh -c`` scripts (``$1``… filled in), ``eval``, ``su -c``, ``watch``,
+   ``find -exec``, here-strings and ``echo … |`` fed to a shell, and the command under
+   wrappers (``sudo``, ``env X=1``, ``nohup``, ``timeout 5``, ``nice``, ``xargs``,
+   ``command``, ``exec``, ``busybox`` …; the wrapper is listed too).
+3. :func:`normalize` — one command as program, flags and operands: the program's base
+   name (``/bin/rm`` → ``rm``), short flag clusters split (``-rf`` → ``-r -f``), known
+   long and upper-case aliases mapped (``--recursive``, ``-R`` → ``-r`` for ``rm``),
+   ``--`` honoured, and path operands normalized (``//``, ``/.``, ``a/..``, trailing ``/``,
+   ``${HOME}`` → ``$HOME``).
+
+Nesting deeper than :data:`MAX_DEPTH` marks the analysis ``opaque``: the built-in deny
+list refuses such a command (what it hides cannot be checked) and no allow rule approves it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from agent_code.agent.shell_syntax import ASSIGNMENT, Simple, parse
+
+MAX_DEPTH = 8
+
+
+# --- what runs: unwrapping ------------------------------------------------------------
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash"})
+INTERPRETERS = SHELLS | frozenset({"python", "python3", "perl", "ruby", "node", "php"})
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A command that runs the command in its arguments: which of its options take a
+    value, how many positional arguments come before the wrapped command, and whether
+    it changes who runs it (``privileged``: an allow rule must name it too)."""
+
+    value_options: frozenset[str] = frozenset()
+    skip: int = 0
+    privileged: bool = False
+
+
+def _w(opts: str = "", skip: int = 0, privileged: bool = False) -> Wrapper:
+    return Wrapper(frozenset(opts.split()), skip, privileged)
+
+
+WRAPPERS: dict[str, Wrapper] = {
+    "sudo": _w("-u --user -g --group -p --prompt -C --close-from -D --chdir -h --host -r --role -t "
+               "--type -U --other-user -T --command-timeout", privileged=True),
+    "doas": _w("-u -C", privileged=True),
+    "pkexec": _w("--user", privileged=True),
+    "runuser": _w("-u -g -G --user --group --supp-group", privileged=True),
+    "chroot": _w("--userspec --groups", skip=1, privileged=True),
+    "env": _w("-u --unset -C --chdir"),
+    "nice": _w("-n --adjustment"),
+    "ionice": _w("-c --class -n --classdata -p --pid"),
+    "nohup": _w(),
+    "setsid": _w(),
+    "time": _w("-f --format -o --output"),
+    "timeout": _w("-s --signal -k --kill-after", skip=1),
+    "stdbuf": _w("-i -o -e --input --output --error"),
+    "command": _w(),
+    "builtin": _w(),
+    "exec": _w("-a"),
+    "xargs": _w("-a --arg-file -d --delimiter -E --eof -I --replace -L --max-lines -n --max-args -P "
+                "--max-procs -s --max-chars --process-slot-var"),
+    "busybox": _w(),
+    "unbuffer": _w(),
+    "chrt": _w(skip=1),
+    "taskset": _w(skip=1),
+    "strace": _w("-o -e -p -s -u -E -P -I"),
+    "flock": _w("-w --wait --timeout -E --conflict-exit-code", skip=1),
+    "caffeinate": _w("-t -w"),
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command that would run. ``wrapper`` names it when it only runs another command
+    (which is listed after it); ``redirects`` are ``(operator, target)``; ``sub_programs``
+    are the programs run by substitutions in its words."""
+
+    argv: tuple[str, ...]
+    redirects: tuple[tuple[str, str], ...] = ()
+    wrapper: str | None = None
+    privileged: bool = False
+    sub_programs: frozenset[str] = frozenset()
+
+    @property
+    def program(self) -> str:
+        return program_name(self.argv[0]) if self.argv else ""
+
+
+@dataclass
+class Analysis:
+    """Everything a command line would run; see :func:`analyze`."""
+
+    text: str
+    commands: list[Command] = field(default_factory=list)
+    pipelines: list[tuple[Command | None, ...]] = field(default_factory=list)  # leaf command per stage
+    fork_bomb: bool = False
+    opaque: bool = False  # nested deeper than MAX_DEPTH: not fully seen
+
+
+def program_name(word: str) -> str:
+    """``/usr/bin/rm`` → ``rm``; ``\\rm`` is already ``rm`` after quote removal."""
+    return posixpath.basename(word.rstrip("/")) or word
+
+
+def _skip_options(argv: tuple[str, ...], value_options: frozenset[str], skip: int) -> int | None:
+    """Index of the wrapped command in ``argv`` (after the wrapper's options and ``skip``
+    positionals), or None when there is none."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if a.startswith("-") and a != "-":
+            i += 2 if a in value_options else 1
+            continue
+        break
+    i += skip
+    return i if i < len(argv) else None
+
+
+def shell_script(argv: tuple[str, ...]) -> tuple[str | None, bool]:
+    """For a shell's argv: the ``-c`` script (its ``$0``, ``$1``… filled in from the
+    arguments after it) and whether the shell reads its script from stdin."""
+    has_c = reads_stdin = False
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if a in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            i += 2
+            continue
+        if a.startswith("--"):
+            i += 1
+            continue
+        if a.startswith(("-", "+")) and len(a) > 1:
+            has_c |= "c" in a[1:]
+            reads_stdin |= "s" in a[1:]
+            i += 1
+            continue
+        break
+    rest = argv[i:]
+    if has_c:
+        if not rest:
+            return None, False
+        return _fill_positional(rest[0], rest[1:]), False
+    return None, reads_stdin or not rest or rest[0] == "-"
+
+
+def _fill_positional(script: str, args: tuple[str, ...]) -> str:
+    """``bash -c 'rm -rf "$1"' _ /``: put the arguments where the script uses them."""
+    quoted = [shlex.quote(a) for a in args]
+
+    def value(m: re.Match[str]) -> str:
+        key = m.group(1) or m.group(2)
+        if key in ("@", "*"):
+            return " ".join(quoted[1:])
+        index = int(key)
+        return quoted[index] if index < len(quoted) else ""
+
+    script = re.sub(r'"\$([@*])"', lambda m: " ".join(quoted[1:]), script)
+    return re.sub(r"\$\{([0-9]+|[@*])\}|\$([0-9]|[@*])", value, script)
+
+
+def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, bool]], tuple[str, ...] | None,
+                                            list[str], list[tuple[str, ...]]]:
+    """Peel wrappers off ``argv``: the wrappers as (argv, name, privileged), the command
+    finally run (None if none), scripts it runs (``bash -c``, ``eval``…) and further
+    commands it runs directly (``find -exec``)."""
+    chain: list[tuple[tuple[str, ...], str, bool]] = []
+    scripts: list[str] = []
+    extra: list[tuple[str, ...]] = []
+    for _ in range(32):
+        if not argv:
+            return chain, None, scripts, extra
+        name = program_name(argv[0])
+        if name == "env":
+            i, split = 1, None
+            while i < len(argv):
+                a = argv[i]
+                if a in ("-S", "--split-string") and i + 1 < len(argv):
+                    split = (_split(argv[i + 1]), i + 2)
+                elif a.startswith("--split-string="):
+                    split = (_split(a.split("=", 1)[1]), i + 1)
+                elif a.startswith("-S") and len(a) > 2:
+                    split = (_split(a[2:]), i + 1)
+                elif a in WRAPPERS["env"].value_options:
+                    i += 2
+                    continue
+                elif a.startswith("-") and a != "-" or ASSIGNMENT.match(a):
+                    i += 1
+                    continue
+                break
+            chain.append((argv, "env", False))
+            argv = (*split[0], *argv[split[1]:]) if split else argv[i:]
+            continue
+        wrapper = WRAPPERS.get(name)
+        if wrapper is not None:
+            chain.append((argv, name, wrapper.privileged))
+            start = _skip_options(argv, wrapper.value_options, wrapper.skip)
+            if start is None:
+                return chain, None, scripts, extra
+            argv = argv[start:]
+            continue
+        if name in ("eval",):
+            chain.append((argv, name, False))
+            scripts.append(" ".join(argv[1:]))
+            return chain, None, scripts, extra
+        if name == "su":
+            chain.append((argv, name, True))
+            for k, a in enumerate(argv):
+                if a in ("-c", "--command") and k + 1 < len(argv):
+                    scripts.append(argv[k + 1])
+                elif a.startswith("--command="):
+                    scripts.append(a.split("=", 1)[1])
+            return chain, None, scripts, extra
+        if name == "watch":
+            chain.append((argv, name, False))
+            start = _skip_options(argv, frozenset({"-n", "--interval", "-q", "--equexit"}), 0)
+            if start is not None:
+                scripts.append(" ".join(argv[start:]))
+            return chain, None, scripts, extra
+        if name in SHELLS:
+            script, _ = shell_script(argv)
+            if script is not None:
+                chain.append((argv, name, False))
+                scripts.append(script)
+                return chain, None, scripts, extra
+            return chain, argv, scripts, extra
+        if name == "find":
+            k = 1
+            while k < len(argv):
+                if argv[k] in ("-exec", "-execdir", "-ok", "-okdir"):
+                    end = k + 1
+                    while end < len(argv) and argv[end] not in (";", "+"):
+                        end += 1
+                    if end > k + 1:
+                        extra.append(argv[k + 1:end])
+                    k = end
+                k += 1
+        return chain, argv, scripts, extra
+    return chain, argv, scripts, extra
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _programs(text: str, depth: int) -> frozenset[str]:
+    inner = Analysis(text)
+    _walk(text, depth, inner)
+    return frozenset(c.program for c in inner.commands)
+
+
+def _walk(text: str, depth: int, out: Analysis) -> None:
+    if depth > MAX_DEPTH:
+        out.opaque = True
+        return
+    script = parse(text)
+    out.fork_bomb |= script.fork_bomb
+    for sub in script.substitutions:
+        _walk(sub, depth + 1, out)
+    for pipeline in script.pipelines:
+        leaves: list[Command | None] = []
+        for index, stage in enumerate(pipeline):
+            words = list(stage.words) + [target for _, target in stage.redirects]
+            subs = [sub for w in words for sub in w.subs]
+            sub_programs = frozenset().union(*(_programs(s, depth + 1) for s in subs)) if subs else frozenset()
+            for sub in subs:
+                _walk(sub, depth + 1, out)
+            redirects = tuple((op, target.text) for op, target in stage.redirects)
+            leaf = _expand_argv(stage.argv, redirects, sub_programs, depth, out)
+            leaves.append(leaf)
+            if leaf is not None and leaf.program in SHELLS and shell_script(leaf.argv)[1]:
+                # a shell reading its script from stdin: here-strings, here-documents, echo |
+                for op, target in stage.redirects:
+                    if op == "<<<":
+                        _walk(target.text, depth + 1, out)
+                    elif op in ("<<", "<<-") and target.heredoc is not None:
+                        _walk(target.heredoc, depth + 1, out)
+                fed = _literal_output(pipeline[index - 1], leaves[index - 1]) if index else None
+                if fed is not None:
+                    _walk(fed, depth + 1, out)
+        out.pipelines.append(tuple(leaves))
+
+
+def _literal_output(stage: Simple, leaf: Command | None) -> str | None:
+    """What a pipeline stage writes when it only prints literal text: ``echo``/``printf``
+    arguments, ``cat`` of a here-document or here-string."""
+    if leaf is None:
+        return None
+    if leaf.program in ("echo", "printf"):
+        args = list(leaf.argv[1:])
+        while leaf.program == "echo" and args and re.fullmatch(r"-[neE]+", args[0]):
+            args.pop(0)  # echo's own options
+        return " ".join(args)
+    if leaf.program == "cat":
+        for op, target in stage.redirects:
+            if op == "<<<":
+                return target.text
+            if op in ("<<", "<<-") and target.heredoc is not None:
+                return target.heredoc
+    return None
+
+
+def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], sub_programs: frozenset[str],
+                 depth: int, out: Analysis) -> Command | None:
+    """Add the command ``argv`` (its wrappers first) to ``out``; the command finally run."""
+    chain, leaf, scripts, extra = _unwrap(argv)
+    for wrapped, name, privileged in chain:
+        out.commands.append(Command(wrapped, redirects, wrapper=name, privileged=privileged,
+                                    sub_programs=sub_programs))
+    command = None
+    if leaf:
+        command = Command(leaf, redirects, sub_programs=sub_programs)
+        out.commands.append(command)
+    for script in scripts:
+        _walk(script, depth + 1, out)
+    for inner in extra:
+        _expand_argv(inner, (), frozenset(), depth + 1, out)
+    return command
+
+
+def analyze(text: str) -> Analysis:
+    """Every command ``text`` would run, in order, at every depth (see the module doc).
+    Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
+    recursion allows) comes back ``opaque``."""
+    out = Analysis(text)
+    try:
+        _walk(text, 0, out)
+    except RecursionError:
+        out.opaque = True
+    return out
+
+
+# --- one command as program, flags and operands ---------------------------------------
+
+# long or differently spelled flags that mean the same as a short one, per program
+FLAG_ALIASES: dict[str, dict[str, str]] = {
+    "rm": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--dir": "-d", "--interactive": "-i",
+           "--verbose": "-v"},
+    "cp": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--archive": "-a"},
+    "chmod": {"--recursive": "-R"},
+    "chown": {"--recursive": "-R"},
+    "chgrp": {"--recursive": "-R"},
+    "git": {"--force": "-f"},
+    "mkdir": {"--parents": "-p"},
+}
+# programs whose long options take one dash (``find -delete``): never split into letters
+SINGLE_DASH_LONG = frozenset({"find", "java", "go", "gcc", "g++", "cc", "clang", "clang++", "ffmpeg",
+                              "xcodebuild", "dd", "qemu-img", "ant"})
+# options whose value is the next word (so it is not taken for an operand), per program
+VALUE_OPTIONS: dict[str, frozenset[str]] = {
+    "git": frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"}),
+    "chmod": frozenset({"--reference"}),
+    "chown": frozenset({"--reference", "--from"}),
+    "find": frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A command reduced to what it means: ``program``, ``flags`` as ``(name, value)``
+    (value None when the flag has none) and ``operands``, in order."""
+
+    program: str
+    flags: tuple[tuple[str, str | None], ...]
+    operands: tuple[str, ...]
+
+    def has_flag(self, name: str) -> bool:
+        return any(n == name for n, _ in self.flags)
+
+
+_BRACED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def normalize_path(word: str) -> str:
+    """A path operand in a canonical spelling: ``//`` → ``/``, ``/tmp/../`` → ``/``,
+    ``~/`` → ``~``, ``${HOME}/.`` → ``$HOME``; other words unchanged."""
+    text = _BRACED_VAR.sub(r"$\1", word)
+    if not ("/" in text or text in (".", "..") or text.startswith(("~", "$"))):
+        return text
+    text = re.sub(r"^/+", "/", text)
+    normalized = posixpath.normpath(text)
+    return re.sub(r"^/+", "/", normalized)
+
+
+def normalize(argv: tuple[str, ...] | list[str]) -> Invocation:
+    """See the module doc: base name, split clusters, aliases, ``--``, path operands."""
+    if not argv:
+        return Invocation("", (), ())
+    program = program_name(argv[0])
+    aliases = FLAG_ALIASES.get(program, {})
+    takes_value = VALUE_OPTIONS.get(program, frozenset())
+    flags: list[tuple[str, str | None]] = []
+    operands: list[str] = []
+    i, options_done = 1, False
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if options_done or word == "-" or not word.startswith("-") or len(word) == 1:
+            operands.append(normalize_path(word))
+            continue
+        if word == "--":
+            options_done = True
+            continue
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            if not eq and name in takes_value and i < len(argv):
+                value, eq = argv[i], "="
+                i += 1
+            flags.append((aliases.get(name, name), value if eq else None))
+            continue
+        if word[:2] in takes_value:  # -C DIR or -CDIR
+            if len(word) > 2:
+                flags.append((word[:2], word[2:]))
+            elif i < len(argv):
+                flags.append((word, argv[i]))
+                i += 1
+            else:
+                flags.append((word, None))
+            continue
+        if word[1:].isalpha() and program not in SINGLE_DASH_LONG:
+            for letter in word[1:]:
+                flag = "-" + letter
+                flags.append((aliases.get(flag, flag), None))
+        else:
+            flags.append((aliases.get(word, word), None))  # -9, -n5, -O2: one flag
+    return Invocation(program, tuple(flags), tuple(operands))

@@ -1,0 +1,378 @@
+"""Permission rules: ``allow`` / ``ask`` / ``deny`` lists of ``TOOL`` or ``TOOL(SPECIFIER)``.
+
+Syntax (as in Claude Code's settings, with our tool names)::
+
+    "bash"                    every call of the tool named bash
+    "bash(git diff:*)"        bash running `git diff` with any further arguments
+    "bash(npm test)"          bash running exactly `npm test`
+    "bash(rm -rf /)"          (deny) any rm with -r and -f whose first operand is /
+    "edit_file"               every edit_file call
+    "read_file(secrets/**)"   read_file of anything under secrets/
+    "Edit(src/**)"            any tool of kind edit, on a path under src/
+    "Read(*.env)"  "Execute"  kinds: Read, Edit, Execute (any case) name every tool of that kind
+    "*"                       every tool
+
+The tool part is a tool's name (case-insensitive, so Claude Code's ``Bash(...)`` works)
+or a kind. The specifier is matched against the call's **subject**: its ``command``
+argument (a command pattern), else its ``path``/``file_path`` argument (a path glob),
+else its first string argument (a ``fnmatch`` glob).
+
+**Command patterns** are words (split with :mod:`shlex`), read like a command:
+program, flags, operands — and matched against every command the call would run,
+after :func:`commands.analyze` has split and unwrapped it and :func:`commands.normalize`
+has normalized both sides (``rm -fr``, ``rm -r -f`` and ``rm --recursive --force`` are
+the same; ``/usr/bin/git`` is ``git``). A command matches when the program matches, it
+has every flag of the pattern (any order), and its operands start with the pattern's
+operands (``*`` inside a word is a wildcard). Then:
+
+* **deny** and **ask** rules match a command line if *any* command in it matches, with
+  any extra flags or operands (as if the pattern ended in ``:*``): ``bash(rm:*)`` denies
+  ``ls && sudo rm -f x``, ``bash(git push:*)`` denies ``git -C repo push --force``.
+* **allow** rules are exact unless the pattern ends in ``:*`` (or a last word ``*``):
+  ``bash(npm test)`` allows ``npm test`` but not ``npm test --watch``. A command line is
+  allowed only when *every* command in it is allowed by some rule — ``cd``, ``echo``,
+  ``pwd``, ``true`` … need none, and transparent wrappers (``timeout``, ``nice``,
+  ``env``, ``xargs`` …) count as what they run, but ``sudo``/``su``/``doas`` must be
+  allowed themselves — with no output redirected to a file, and nothing nested too
+  deep to see.
+
+**Path globs** are relative to the project: ``*`` and ``?`` stay within a directory,
+``**`` crosses directories, a pattern without ``/`` matches a name at any depth (like
+``.gitignore``), and a pattern also matches everything below a directory it matches
+(``secrets`` covers ``secrets/key.pem``). The call's path is resolved first, so
+``./a/../secrets/x`` and a symlink into ``secrets/`` are caught.
+
+Precedence: the built-in deny list (:mod:`agent.denylist`), then deny rules, then ask
+rules, then allow rules; :meth:`RuleSet.evaluate` returns the first that decides, or
+None for "no rule: ask the permission mode". A directory-walking call (``grep`` over
+the whole project) is judged by its own path argument, not by every file it reads.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from agent_code.agent import denylist
+from agent_code.agent.commands import Analysis, Command, Invocation, analyze, normalize
+from agent_code.agent.shell_syntax import WRITE_REDIRECTIONS
+from agent_code.globs import glob_regex
+from agent_code.tools.base import TOOL_KINDS, Tool
+
+Behavior = Literal["allow", "ask", "deny"]
+BEHAVIORS: tuple[Behavior, ...] = ("deny", "ask", "allow")  # precedence order
+KIND_ALIASES = {kind: kind for kind in TOOL_KINDS}  # "Read" / "read" → kind read
+PATH_ARGUMENTS = ("path", "file_path")
+# commands that need no allow rule of their own inside a command line
+NEUTRAL_COMMANDS = frozenset({"cd", "pwd", "echo", "printf", "true", "false", ":", "test", "[", "[[", "sleep",
+                              "exit", "set", "export", "wait"})
+SAFE_REDIRECT_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_*][\w.*-]*)\s*(?:\((?P<spec>.*)\))?\s*$", re.DOTALL)
+
+
+class RuleError(ValueError):
+    """A rule that cannot be read; the message names the rule and where it came from."""
+
+
+# --- one rule -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommandPattern:
+    """A command pattern, normalized like the commands it is matched against."""
+
+    invocation: Invocation
+    prefix: bool  # ended in ":*" (or a last word "*"): further flags and operands allowed
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str           # as written
+    behavior: Behavior
+    tool: str           # tool name, kind, or "*"
+    specifier: str | None = None
+    source: str = ""    # where it came from: a settings file, "session", ...
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_command_pattern(spec: str) -> CommandPattern:
+    """``git diff:*`` → program git, operands (diff,), prefix; raises :class:`RuleError`."""
+    text = spec.strip()
+    prefix = text.endswith(":*")
+    if prefix:
+        text = text[:-2].rstrip()
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise RuleError(f"cannot split the command pattern {spec!r}: {exc}") from None
+    if words and words[-1] == "*":
+        words, prefix = words[:-1], True
+    if not words:
+        raise RuleError(f"the command pattern {spec!r} names no command")
+    return CommandPattern(normalize(words), prefix)
+
+
+def parse_rule(text: str, behavior: Behavior, source: str = "") -> Rule:
+    """Read one rule; raises :class:`RuleError` saying what is wrong and where."""
+    where = f" (in {source})" if source else ""
+    if not isinstance(text, str):
+        raise RuleError(f"{behavior} rule {text!r}{where} is not a string")
+    m = _RULE.match(text)
+    if m is None:
+        raise RuleError(f"invalid {behavior} rule {text!r}{where}: expected TOOL or TOOL(SPECIFIER), "
+                        "e.g. bash(git diff:*) or read_file(secrets/**)")
+    spec = m.group("spec")
+    if spec is not None:
+        spec = spec.strip()
+        if not spec:
+            raise RuleError(f"invalid {behavior} rule {text!r}{where}: empty parentheses; "
+                            f"write {m.group('tool')} for every call")
+        if spec in ("*", ":*"):
+            spec = None
+    if spec is not None:
+        try:  # every specifier must read as words: it may be matched against a command
+            parse_command_pattern(spec)
+        except RuleError as exc:
+            raise RuleError(f"invalid {behavior} rule {text!r}{where}: {exc}") from None
+    return Rule(text.strip(), behavior, m.group("tool"), spec, source)
+
+
+def applies_to(rule: Rule, tool: Tool) -> bool:
+    """Whether the rule's tool part names ``tool`` (by name, kind, or ``*``)."""
+    part = rule.tool.lower()
+    return part == "*" or part == tool.name.lower() or KIND_ALIASES.get(part) == tool.kind
+
+
+# --- the subject of a call ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Subject:
+    """What a specifier is matched against: a command, a path, or some other value."""
+
+    kind: Literal["command", "path", "value", "none"]
+    value: str = ""
+
+
+def subject_of(tool: Tool, arguments: Any) -> Subject:
+    if not isinstance(arguments, dict):
+        return Subject("none")
+    command = arguments.get("command")
+    if isinstance(command, str):
+        return Subject("command", command)
+    for key in PATH_ARGUMENTS:
+        if isinstance(arguments.get(key), str):
+            return Subject("path", arguments[key])
+    for key in tool.input_schema.get("properties", {}):
+        if isinstance(arguments.get(key), str):
+            return Subject("value", arguments[key])
+    return Subject("none")
+
+
+# --- path globs -----------------------------------------------------------------------
+
+def path_matches(pattern: str, path: str) -> bool:
+    """Whether a project-relative ``path`` (``/``-separated, normalized) matches ``pattern``
+    (see the module doc: ``**``, anchoring, directories cover their contents)."""
+    pattern = pattern.strip()
+    pattern = pattern.removeprefix("./")
+    anchored = "/" in pattern.rstrip("/")
+    pattern = pattern.strip("/")
+    regex = ("" if anchored else "(?:.*/)?") + glob_regex(pattern) + "(?:/.*)?"
+    return re.fullmatch(regex, path) is not None
+
+
+def relative_path(path: str, root: Path | None) -> str:
+    """The call's path as the rules see it: relative to ``root`` with ``.``/``..`` and
+    symlinks resolved; a path outside the root stays absolute."""
+    if root is None:
+        return os.path.normpath(path)
+    root = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(path if os.path.isabs(path) else root / path))
+    try:
+        rel = real.relative_to(root)
+    except ValueError:
+        return str(real)
+    return rel.as_posix() if rel.parts else "."
+
+
+# --- commands -------------------------------------------------------------------------
+
+def command_matches(pattern: CommandPattern, invocation: Invocation, exact: bool) -> bool:
+    """One normalized command against one pattern; ``exact`` for allow rules (see the
+    module doc), otherwise extra flags and operands are fine."""
+    want = pattern.invocation
+    if not fnmatch.fnmatchcase(invocation.program, want.program):
+        return False
+    for name, value in want.flags:
+        if not any(n == name and (value is None or (v is not None and fnmatch.fnmatchcase(v, value)))
+                   for n, v in invocation.flags):
+            return False
+    if len(invocation.operands) < len(want.operands):
+        return False
+    if not all(fnmatch.fnmatchcase(have, pat) for have, pat in zip(invocation.operands, want.operands)):
+        return False
+    if exact and not pattern.prefix:
+        return (len(invocation.operands) == len(want.operands)
+                and {n for n, _ in invocation.flags} == {n for n, _ in want.flags})
+    return True
+
+
+def writes_a_file(command: Command) -> bool:
+    """Whether the command's redirections write a file (``> out``), not just discard or
+    duplicate output (``2>&1``, ``> /dev/null``)."""
+    for op, target in command.redirects:
+        if op not in WRITE_REDIRECTIONS or target in SAFE_REDIRECT_TARGETS:
+            continue
+        if op == ">&" and (target.isdigit() or target == "-"):
+            continue
+        return True
+    return False
+
+
+# --- a set of rules -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rules decided for one call: the behaviour, the rule (its text, or the
+    built-in rule's id), where it came from, and what matched (a sub-command)."""
+
+    behavior: Behavior
+    rule: str
+    source: str
+    detail: str = ""
+
+    @property
+    def builtin(self) -> bool:
+        return self.source == "built-in"
+
+
+@dataclass
+class RuleSet:
+    """Rules in precedence order, plus the built-in deny list (always on)."""
+
+    rules: list[Rule] = field(default_factory=list)
+    home: str | None = None  # the user's home, for the built-in list (None: Path.home())
+
+    @classmethod
+    def from_lists(cls, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = (),
+                   source: str = "") -> "RuleSet":
+        rules = [parse_rule(t, "deny", source) for t in deny]
+        rules += [parse_rule(t, "ask", source) for t in ask]
+        rules += [parse_rule(t, "allow", source) for t in allow]
+        return cls(rules)
+
+    def add(self, rule: Rule) -> None:
+        if rule not in self.rules:
+            self.rules.append(rule)
+
+    def of(self, behavior: Behavior) -> list[Rule]:
+        return [r for r in self.rules if r.behavior == behavior]
+
+    def evaluate(self, tool: Tool, arguments: Any, root: Path | None = None) -> Verdict | None:
+        """The first of: a built-in deny, a deny rule, an ask rule, allow rules; None when no
+        rule decides (the permission mode does)."""
+        subject = subject_of(tool, arguments)
+        analysis = analyze(subject.value) if subject.kind == "command" else None
+        if analysis is not None:
+            hit = denylist.first_hit(analysis, self.home)
+            if hit is not None:
+                return Verdict("deny", hit.rule, "built-in", f"{hit.reason}: {hit.command}")
+        path = relative_path(subject.value, root) if subject.kind == "path" else None
+        for behavior in ("deny", "ask"):
+            for rule in self.of(behavior):  # type: ignore[arg-type]
+                detail = _matches_any(rule, tool, subject, analysis, path)
+                if detail is not None:
+                    return Verdict(behavior, rule.text, rule.source, detail)  # type: ignore[arg-type]
+        return self._allowed(tool, subject, analysis, path)
+
+    def _allowed(self, tool: Tool, subject: Subject, analysis: Analysis | None, path: str | None) -> Verdict | None:
+        rules = [r for r in self.of("allow") if applies_to(r, tool)]
+        if not rules:
+            return None
+        bare = next((r for r in rules if r.specifier is None), None)
+        if bare is not None:
+            return Verdict("allow", bare.text, bare.source)
+        if analysis is not None:
+            return _allowed_command(rules, analysis)
+        for rule in rules:
+            if _specifier_matches(rule, subject, path):
+                return Verdict("allow", rule.text, rule.source)
+        return None
+
+
+def _specifier_matches(rule: Rule, subject: Subject, path: str | None) -> bool:
+    assert rule.specifier is not None
+    if subject.kind == "path" and path is not None:
+        return path_matches(rule.specifier, path)
+    if subject.kind == "value":
+        return fnmatch.fnmatchcase(subject.value, rule.specifier)
+    return False
+
+
+def _matches_any(rule: Rule, tool: Tool, subject: Subject, analysis: Analysis | None,
+                 path: str | None) -> str | None:
+    """For a deny/ask rule: what it matched in this call (``""`` for the whole call), or None."""
+    if not applies_to(rule, tool):
+        return None
+    if rule.specifier is None:
+        return ""
+    if analysis is not None:
+        pattern = parse_command_pattern(rule.specifier)
+        for command in analysis.commands:
+            if command_matches(pattern, normalize(command.argv), exact=False):
+                return " ".join(command.argv)
+        return None
+    return "" if _specifier_matches(rule, subject, path) else None
+
+
+def _allowed_command(rules: list[Rule], analysis: Analysis) -> Verdict | None:
+    """Allowed only if every command in the line is allowed (see the module doc)."""
+    if analysis.opaque or analysis.fork_bomb:
+        return None
+    patterns = [(r, parse_command_pattern(r.specifier)) for r in rules if r.specifier is not None]
+    used: list[Rule] = []
+    for command in analysis.commands:
+        if writes_a_file(command):
+            return None
+        if command.wrapper is not None and not command.privileged:
+            continue  # timeout, nice, env, xargs, bash -c …: judged by what they run
+        if command.wrapper is None and command.program in NEUTRAL_COMMANDS:
+            continue
+        inv = normalize(command.argv)
+        rule = next((r for r, p in patterns if command_matches(p, inv, exact=True)), None)
+        if rule is None:
+            return None
+        used.append(rule)
+    if not used:
+        return None
+    return Verdict("allow", used[0].text, used[0].source)
+
+
+def suggest_rules(tool: Tool, arguments: Any) -> list[str]:
+    """Allow rules for "always allow this" in the REPL: for a command, one
+    ``bash(PROGRAM SUBCOMMAND:*)`` per command it runs (the first operand is kept when it
+    looks like a sub-command: ``git diff``, ``npm test``); ``Edit`` for an edit tool; the
+    tool's name otherwise."""
+    subject = subject_of(tool, arguments)
+    if subject.kind == "command":
+        rules: list[str] = []
+        for command in analyze(subject.value).commands:
+            if (command.wrapper is not None and not command.privileged) or command.program in NEUTRAL_COMMANDS:
+                continue
+            inv = normalize(command.argv)
+            words = [shlex.quote(inv.program)]
+            if inv.operands and re.fullmatch(r"[a-z][a-z0-9-]*", inv.operands[0]):
+                words.append(inv.operands[0])
+            rule = f"{tool.name}({' '.join(words)}:*)"
+            if rule not in rules:
+                rules.append(rule)
+        return rules
+    if tool.kind == "edit":
+        return ["Edit"]
+    return [tool.name]

@@ -1,0 +1,74 @@
+"""Which session an OpenAI-protocol request belongs to.
+
+In order: the API key (``Authorization: Bearer ID`` or ``x-api-key``); else the body's
+``metadata.session_id``; else its ``user``. A client that sends none of these (some agent CLIs
+send no key at all) is grouped by its history: the gateway remembers, for every turn it recorded
+in such an identity-less session, the canonical conversation that turn ended with (prompt
+messages + the reply, under the same tools — the same key :mod:`agent_code.trajectory.history`
+uses to reuse held tokens). A request whose messages extend one of those conversations joins that
+session; otherwise a new session ``anon-<hex>`` is opened. So one CLI conversation stays one
+session, and its turns chain token-exactly.
+
+Limits, by construction: the first request of a conversation always opens a new session (there
+is nothing to match yet, and identical first prompts from different rollouts must not merge); two
+identity-less conversations with identical histories cannot be told apart (the later request
+joins the session that generated the matched turn); and a session that has been finished or
+dropped is not joined again. Rollouts should therefore pass a key; this is for clients that
+cannot. The session id is returned in the ``x-agent-code-session`` response header.
+"""
+
+from __future__ import annotations
+
+import secrets
+from agent_code.gateway.sessions import Session, SessionStore
+from agent_code.protocols.canonical import ChatRequest
+from agent_code.trajectory.history import conversation_key, prefix_keys
+from agent_code.trajectory.records import TurnRecord
+
+ANONYMOUS_PREFIX = "anon-"
+
+
+class SessionResolver:
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self._by_conversation: dict[bytes, str] = {}   # conversation key → identity-less session id
+        self._anonymous: set[str] = set()
+
+    def resolve(self, credential: str | None, body_identity: str | None, request: ChatRequest) -> Session:
+        sid = credential or body_identity
+        if sid:
+            return self.store.get_or_open(sid)
+        found = self._extended(request)
+        if found is not None:
+            return found
+        sid = self._mint()
+        self._anonymous.add(sid)
+        return self.store.open(sid)
+
+    def remember(self, session: Session, record: TurnRecord) -> None:
+        """Called after a turn is recorded: index it if its session is identity-less."""
+        if session.id in self._anonymous:
+            self._by_conversation[conversation_key(record)] = session.id
+
+    def _extended(self, request: ChatRequest) -> Session | None:
+        messages = request.messages
+        keys = prefix_keys(messages, request.tools)
+        for j in range(len(messages), 0, -1):  # longest held conversation first
+            if messages[j - 1].get("role") != "assistant":
+                continue
+            sid = self._by_conversation.get(keys[j - 1])
+            if sid is None:
+                continue
+            session = self.store.sessions.get(sid)
+            if session is None:  # dropped: forget its turns
+                self._by_conversation = {k: v for k, v in self._by_conversation.items() if v != sid}
+                self._anonymous.discard(sid)
+            elif not session.closed:
+                return session
+        return None
+
+    def _mint(self) -> str:
+        while True:
+            sid = ANONYMOUS_PREFIX + secrets.token_hex(8)
+            if sid not in self.store.sessions:
+                return sid

@@ -1,0 +1,76 @@
+"""``POST /v1/responses`` and ``POST /responses`` (Codex calls ``{base_url}/responses``, and a
+base URL may or may not end in ``/v1``), JSON or SSE. Way in and way out only: translation
+lives in :mod:`agent_code.protocols.openai_responses`, the HTTP turn in
+:mod:`agent_code.gateway.turn_flow`, the session identity rules in
+:mod:`agent_code.gateway.identity`. Errors use OpenAI's format; a failure after the stream
+started is a ``response.failed`` event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent_code.gateway.http import HttpError, as_http_error, credential_from, read_json
+from agent_code.gateway.identity import SessionResolver
+from agent_code.gateway.routes_openai_chat import openai_error_response
+from agent_code.gateway.turn_flow import TurnFlow
+from agent_code.protocols import openai_common as oc
+from agent_code.protocols import openai_responses as wire
+from agent_code.protocols.anthropic import ThinkingSigner
+from agent_code.protocols.canonical import ChatRequest
+
+PROTOCOL = "openai-responses"
+
+
+class ResponsesReply:
+    """The way out of one response (one response id and one event sequence)."""
+
+    protocol = PROTOCOL
+
+    def __init__(self, gateway: Any, chat: ChatRequest, info: wire.ResponsesWire, signer: ThinkingSigner) -> None:
+        self.writer = wire.ResponseWriter(info, model=chat.model or gateway.model_name)
+        self.signer = signer
+
+    def error(self, err: HttpError) -> Response:
+        return openai_error_response(err)
+
+    def body(self, outcome: Any) -> Any:
+        return self.writer.final(outcome.reply, finish_reason=outcome.finish_reason,
+                                 input_tokens=len(outcome.prompt_ids),
+                                 output_tokens=len(outcome.generation.output_ids), signer=self.signer)
+
+    def opening(self, turn: Any) -> Iterable[bytes]:
+        return [oc.sse_event(*e) for e in self.writer.opening()]
+
+    def keepalive(self) -> bytes:
+        return oc.sse_event(*self.writer.keepalive())
+
+    def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
+        events = [oc.sse_event(*e) for e in self.writer.reply_events(self.body(outcome))]
+        return events[:-1], events[-1:]  # the completed event only once the turn is recorded
+
+    def stream_error(self, err: HttpError) -> bytes:
+        _, body = oc.error_body(err.status, err.kind, err.message, err.param, err.code)
+        return oc.sse_event(*self.writer.failed(err.message, body["error"]["code"] or body["error"]["type"]))
+
+
+class ResponsesRoutes:
+    def __init__(self, gateway: Any, flow: TurnFlow, sessions: SessionResolver, *, max_body_bytes: int) -> None:
+        self.gw, self.flow, self.sessions = gateway, flow, sessions
+        self.max_body_bytes = max_body_bytes
+        self.signer = ThinkingSigner()  # seals reasoning into encrypted_content
+
+    async def responses(self, request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            body = await read_json(request, self.max_body_bytes)
+            chat, info = wire.translate_request(body, signer=self.signer, default_max_tokens=self.gw.default_max_tokens)
+            session = self.sessions.resolve(credential_from(request), info.identity, chat)
+        except Exception as exc:
+            return openai_error_response(as_http_error(exc))
+        return await self.flow.answer(request, session, chat, ResponsesReply(self.gw, chat, info, self.signer),
+                                      started=started, after_commit=self.sessions.remember)

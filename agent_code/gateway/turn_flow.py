@@ -1,0 +1,151 @@
+"""The HTTP side of one model turn, shared by every protocol's routes.
+
+A protocol's route does the way in (read the body, translate it to a ChatRequest, pick the
+session) and hands :meth:`TurnFlow.answer` a :class:`WayOut`: an object, made per request,
+that knows how to write this protocol's reply. The flow does the rest, identically for all
+protocols:
+
+    prepare (render; session checks)  → error in the protocol's format
+    JSON:  generate, cancelled if the client disconnects (499, nothing recorded)
+           → body → commit → reply
+    SSE:   the opening events at once → keep-alive events while the engine works
+           → every reply event but the last → commit → the last event
+           (a client that goes away cancels the generator, hence the engine request;
+            nothing is recorded)
+
+The turn is recorded before the final bytes are written, so a client that acts on the reply
+(finishes the session, say) always finds it there, and never when the client was gone before
+the reply was complete. Every reply carries ``x-agent-code-session`` (the session id, useful
+for clients grouped by history) and, when the translation dropped or rewrote something,
+``x-agent-code-notes``; the notes are also logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from agent_code.gateway.http import ClientGone, HttpError, as_http_error, json_response, unless_disconnected
+from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
+from agent_code.gateway.sessions import Session
+from agent_code.protocols.canonical import ChatRequest
+from agent_code.trajectory.records import TurnRecord
+
+log = logging.getLogger("agent_code.gateway")
+
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class WayOut(Protocol):
+    """One request's reply, in one protocol's wire format."""
+
+    protocol: str          # recorded with the turn ("anthropic", "openai-chat", "openai-responses")
+
+    def error(self, err: HttpError) -> Response: ...
+
+    def body(self, outcome: TurnOutcome) -> Any:
+        """The JSON reply."""
+
+    def opening(self, turn: PreparedTurn) -> Iterable[bytes]:
+        """SSE bytes sent before the engine is done."""
+
+    def keepalive(self) -> bytes: ...
+
+    def reply_events(self, outcome: TurnOutcome) -> tuple[list[bytes], list[bytes]]:
+        """The rest of the stream: (before the turn is recorded, after)."""
+
+    def stream_error(self, err: HttpError) -> bytes: ...
+
+
+def header_safe(text: str, limit: int = 2000) -> str:
+    """A header value: ASCII only, one line, bounded."""
+    safe = text.encode("ascii", "backslashreplace").decode("ascii").replace("\r", " ").replace("\n", " ")
+    return safe if len(safe) <= limit else safe[: limit - 3] + "..."
+
+
+def reply_headers(session: Session, request: ChatRequest) -> dict[str, str]:
+    headers = {"x-agent-code-session": header_safe(session.id, 256)}
+    if request.notes:
+        headers["x-agent-code-notes"] = header_safe("; ".join(request.notes))
+    return headers
+
+
+AfterCommit = Callable[[Session, TurnRecord], None]
+
+
+class TurnFlow:
+    def __init__(self, gateway: Gateway, *, ping_interval_s: float = 5.0) -> None:
+        self.gw = gateway
+        self.ping_interval_s = ping_interval_s
+
+    async def answer(self, request: Request, session: Session, chat: ChatRequest, out: WayOut, *,
+                     started: float, after_commit: AfterCommit | None = None) -> Response:
+        if chat.notes:
+            log.debug("%s request for session %s: %s", out.protocol, session.id, "; ".join(chat.notes))
+        headers = reply_headers(session, chat)
+        try:
+            turn = self.gw.prepare(session, chat)
+        except Exception as exc:
+            return self._error(out, exc, headers)
+        if chat.stream:
+            return StreamingResponse(self._stream(session, turn, out, started, after_commit),
+                                     media_type="text/event-stream", headers={**STREAM_HEADERS, **headers})
+        try:
+            outcome = await unless_disconnected(request, self.gw.generate(session, turn))
+        except ClientGone:
+            return Response(status_code=499)  # nobody is listening; nothing is recorded
+        except Exception as exc:
+            return self._error(out, exc, headers)
+        payload = out.body(outcome)
+        if await request.is_disconnected():
+            return Response(status_code=499)
+        self._commit(session, outcome, out, started, after_commit)
+        return json_response(payload, headers=headers)
+
+    @staticmethod
+    def _error(out: WayOut, exc: BaseException, headers: dict[str, str]) -> Response:
+        response = out.error(as_http_error(exc))
+        response.headers.update(headers)
+        return response
+
+    def _commit(self, session: Session, outcome: TurnOutcome, out: WayOut, started: float,
+                after_commit: AfterCommit | None) -> None:
+        record = self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
+        if after_commit is not None:
+            after_commit(session, record)
+
+    async def _stream(self, session: Session, turn: PreparedTurn, out: WayOut, started: float,
+                      after_commit: AfterCommit | None) -> AsyncIterator[bytes]:
+        """If the client goes away, Starlette cancels this generator: the engine task is
+        cancelled with it and nothing is recorded."""
+        task = asyncio.ensure_future(self.gw.generate(session, turn))
+        try:
+            for chunk in out.opening(turn):
+                yield chunk
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.ping_interval_s)
+                if done:
+                    break
+                yield out.keepalive()
+            try:
+                outcome = task.result()
+            except Exception as exc:
+                yield out.stream_error(as_http_error(exc))
+                return
+            before, after = out.reply_events(outcome)
+            for chunk in before:
+                yield chunk
+            self._commit(session, outcome, out, started, after_commit)
+            for chunk in after:
+                yield chunk
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
