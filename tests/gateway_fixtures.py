@@ -32,6 +32,15 @@ def qwen25_renderer():
     return load_renderer(None)
 
 
+def typo_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A work directory holding hello.py with a typo (for CLI agents to fix); returns (dir, file)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "hello.py"
+    target.write_text('def greet(name):\n    return "Helo, " + name\n')
+    return work, target
+
+
 def write_script(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
     path = tmp_path / "engine_script.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway
+from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway, typo_project
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,15 +29,6 @@ def claude_binary() -> str:
 
 def call(name: str, arguments: dict) -> dict:
     return {"text": f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"}
-
-
-def typo_project(tmp_path: Path) -> tuple[Path, Path]:
-    """A work directory holding hello.py with a typo; returns (work dir, hello.py)."""
-    work = tmp_path / "work"
-    work.mkdir()
-    target = work / "hello.py"
-    target.write_text('def greet(name):\n    return "Helo, " + name\n')
-    return work, target
 
 
 def run_claude(claude: str, prompt: str, work: Path, url: str, session: str, model: str):

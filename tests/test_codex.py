@@ -19,7 +19,7 @@ import pytest
 
 from agent_code.harness.base import HarnessError, Launch
 from agent_code.harness.codex import KEY_VAR, config_toml, host_codex, model_catalog, native_codex
-from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway
+from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway, typo_project
 from rollout_fixtures import call, say
 
 PATCH_BODY = """*** Begin Patch
@@ -40,14 +40,6 @@ def codex_binary() -> str:
         return str(native_codex(found))
     except HarnessError as exc:
         pytest.skip(f"Codex is installed without its native binary: {exc}")
-
-
-def typo_project(tmp_path: Path) -> tuple[Path, Path]:
-    work = tmp_path / "work"
-    work.mkdir()
-    target = work / "hello.py"
-    target.write_text('def greet(name):\n    return "Helo, " + name\n')
-    return work, target
 
 
 def run_codex(codex: str, prompt: str, work: Path, url: str, session: str, model: str, catalog: dict | None = None):

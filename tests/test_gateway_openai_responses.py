@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from malformed import WRONG, generic_bodies
+
 from agent_code.engines.scripted import ScriptedEngine
 from agent_code.gateway.app import create_app
 from agent_code.gateway.pipeline import Gateway
@@ -217,29 +219,16 @@ def test_input_as_a_string_and_identity_by_history(tmp_path):
 
 GOOD = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
 LIMIT = 64 * 1024
-WRONG = [None, True, 0, -5, 1.5, "s", "", [], {}, [1], {"a": 1}]
 FC = {"type": "function_call", "call_id": "call_1", "name": "echo", "arguments": "{}"}
 CC = {"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": "x"}
 
 
 def _variants() -> list[tuple[str, bytes, dict[str, str]]]:
-    cases: list[tuple[str, bytes, dict[str, str]]] = []
-
-    def add(name: str, body: object, headers: dict[str, str] | None = None) -> None:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        cases.append((name, raw, headers or {}))
-
-    for i, raw in enumerate([b"", b" ", b"{", b"}", b"[", b"nul", b"{'a': 1}", b"\xff\xfe\x00", b"\x80abc",
-                             b'{"model": "m",}', b"\x00" * 10, b"NaN", b'{"model": "m"', b"--"]):
-        add(f"raw-{i}", raw)
-    for i, value in enumerate([None, 1, -1, 1.5, True, "text", [], [GOOD], [[[]]]]):
-        add(f"scalar-{i}", value)
-    add("deep-list", b"[" * 20_000 + b"]" * 20_000)
-    add("deep-object", b'{"a":' * 10_000 + b"1" + b"}" * 10_000)
+    bodies = generic_bodies(GOOD)
+    add = bodies.add
     add("deep-in-content", {**GOOD, "input": [{"role": "user", "content": json.loads("[" * 200 + "]" * 200)}]})
     add("deep-arguments", {**GOOD, "input": [{**FC, "arguments": "[" * 5000 + "]" * 5000}]})
     add("huge-string", {**GOOD, "input": "x" * (LIMIT + 10)})
-    add("huge-declared", b"{}", {"content-length": str(10**12)})
     for field in ("model", "input"):
         add(f"missing-{field}", {k: v for k, v in GOOD.items() if k != field})
     expect = {"model": str, "input": (str, list), "instructions": str, "tools": list, "stream": bool,
@@ -342,7 +331,7 @@ def _variants() -> list[tuple[str, bytes, dict[str, str]]]:
                                  {"content-encoding": "gzip"}]):
         add(f"headers-{j}", b"{not json", headers)
     add("lone-surrogate-type", b'{"model": "m", "input": [{"type": "\\ud800"}]}')
-    return cases
+    return bodies.cases
 
 
 @pytest.mark.parametrize("path", ["/v1/responses", "/responses"])
