@@ -33,6 +33,9 @@ def rollout(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer/chat template (default: the engine's)."),
     tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Tool-call parser (default: detected)."),
     gateway_url: Optional[str] = typer.Option(None, "--gateway", help="Use this running gateway instead of starting one."),
+    admin_token: Optional[str] = typer.Option(None, "--admin-token", envvar="AGENT_CODE_ADMIN_TOKEN",
+                                              help="The gateway's admin token, for its session routes (the "
+                                                   "in-process gateway gets this one, or a fresh random one)."),
     sandbox: str = typer.Option("local", "--sandbox", help="Sandbox: local, docker[:IMAGE], e2b[:TEMPLATE]."),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-k", min=1, help="Rollouts per task."),
     concurrency: int = typer.Option(1, "--concurrency", "-j", min=1, help="Rollouts at once."),
@@ -81,21 +84,28 @@ def rollout(
               f"engine {engine if not gateway_url else gateway_url} · sandbox {sandbox} · out {out_dir}",
               markup=False, highlight=False)
     try:
-        code = asyncio.run(_run(tasks, config, out_dir, gateway_options, gateway_url, ray_address, err))
+        code = asyncio.run(_run(tasks, config, out_dir, gateway_options, gateway_url, ray_address, err,
+                                admin_token or None))
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)
 
 
 def _hidden(sandbox: str, tasks_path: Path, out_dir: Path) -> dict[str, Any]:
-    """Keep the tasks file (hidden tests, reference data) and the outputs out of the agent's sight."""
+    """Keep the tasks file (hidden tests, reference data) and the outputs out of the agent's sight,
+    and the history of a git repository holding the tasks file (its objects hold the file too)."""
     if not sandbox.startswith("local"):
         return {}
-    return {"hide": [str(tasks_path.resolve().parent), str(out_dir.resolve())]}
+    tasks_dir = tasks_path.resolve().parent
+    hide = [str(tasks_dir), str(out_dir.resolve())]
+    repo = next((d for d in (tasks_dir, *tasks_dir.parents) if (d / ".git").exists()), None)
+    if repo is not None:
+        hide.append(str(repo / ".git"))
+    return {"hide": hide}
 
 
 async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: dict[str, Any],
-               gateway_url: str | None, ray_address: str | None, err: Any) -> int:
+               gateway_url: str | None, ray_address: str | None, err: Any, admin_token: str | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agent_code.rollout.export import RunWriter
@@ -130,11 +140,19 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
                 options = dict(gateway_options, trajectory_dir=str((out_dir / "trajectories").resolve()))
                 await run_all_ray(tasks, config, options, address=ray_address, on_result=on_result)
             else:
-                async with _gateway(gateway_options, gateway_url, out_dir, err, renderer_box) as url:
+                import secrets
+
+                from agent_code.rollout.client import admin_token_scope
+
+                # an in-process gateway gets a token of its own, so an agent cannot finish (grade) or
+                # read sessions through its session routes; an external one needs --admin-token
+                token = admin_token or (None if gateway_url else secrets.token_urlsafe(24))
+                async with _gateway(gateway_options, gateway_url, out_dir, err, renderer_box, token) as url:
                     writer = RunWriter(out_dir, renderer=renderer_box.get("renderer"))
                     from agent_code.rollout.runner import run_all
 
-                    await run_all(tasks, config, url, on_result=on_result)
+                    with admin_token_scope(token):
+                        await run_all(tasks, config, url, on_result=on_result)
     except asyncio.CancelledError:
         interrupted = True
     except Exception as exc:
@@ -172,8 +190,10 @@ def _verify(samples: list[Any], trajectory_dir: Path, err: Any) -> list[str]:
 class _gateway:
     """An in-process gateway on a free loopback port (or the given URL), as an async context."""
 
-    def __init__(self, options: dict[str, Any], url: str | None, out_dir: Path, err: Any, box: dict[str, Any]):
+    def __init__(self, options: dict[str, Any], url: str | None, out_dir: Path, err: Any, box: dict[str, Any],
+                 admin_token: str | None = None):
         self.options, self.url, self.out_dir, self.err, self.box = options, url, out_dir, err, box
+        self.admin_token = admin_token
         self.server: Any = None
 
     async def __aenter__(self) -> str:
@@ -187,7 +207,7 @@ class _gateway:
         gateway = await asyncio.to_thread(build_gateway, trajectory_dir=str(self.out_dir / "trajectories"),
                                           **self.options)
         self.box["renderer"] = gateway.renderer
-        self.server = BackgroundServer(create_app(gateway))
+        self.server = BackgroundServer(create_app(gateway, admin_token=self.admin_token))
         self.server.__enter__()
         return self.server.url
 

@@ -1,4 +1,8 @@
-"""``agent-code serve``: the rollout gateway in the foreground."""
+"""``agent-code serve``: the rollout gateway in the foreground.
+
+It listens on 127.0.0.1 unless ``--host`` says otherwise; on any other host it refuses to start
+without an admin token (``--admin-token`` or ``AGENT_CODE_ADMIN_TOKEN``), which the session
+management routes then require (see :mod:`agent_code.gateway.auth`)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ def serve(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer + chat template: a directory, a .gguf, or a hub id "
                                                  "(default: the embedded model's)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="Address to bind (default loopback only); any other needs --admin-token."),
     port: int = typer.Option(8765, "--port"),
     model_name: str = typer.Option("agent-code-local", "--model-name", help="Model id reported to clients."),
     tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Default: detected from the template."),
@@ -25,7 +30,17 @@ def serve(
     max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Turn cap per session."),
     max_context: Optional[int] = typer.Option(None, "--max-context", min=1,
                                               help="Context budget per session, in tokens."),
-    max_body_mb: float = typer.Option(32.0, "--max-body-mb", help="Largest accepted request body."),
+    max_body_mb: float = typer.Option(32.0, "--max-body-mb", min=0.001, help="Largest accepted request body."),
+    max_sessions: Optional[int] = typer.Option(None, "--max-sessions", min=1,
+                                               help="Sessions open at once; one more is refused with 429 "
+                                                    "(finished and deleted sessions free their slot)."),
+    max_in_flight: Optional[int] = typer.Option(None, "--max-in-flight", min=1,
+                                                help="Requests generating at once per session (429 beyond)."),
+    admin_token: Optional[str] = typer.Option(None, "--admin-token", envvar="AGENT_CODE_ADMIN_TOKEN",
+                                              show_envvar=True,
+                                              help="Token the session management routes require "
+                                                   "(x-agent-code-admin: TOKEN or Authorization: Bearer TOKEN); "
+                                                   "needed on a non-loopback --host."),
     history_policy: str = typer.Option("tokens", "--history-policy",
                                        help="tokens: reuse the ids sampled earlier (default); template: re-render."),
     trajectory_dir: Optional[str] = typer.Option(None, "--trajectory-dir",
@@ -40,21 +55,29 @@ def serve(
     import uvicorn
 
     from agent_code.gateway.app import create_app
+    from agent_code.gateway.auth import bind_problem
     from agent_code.gateway.server import build_gateway
 
+    admin_token = admin_token or None  # an empty variable is no token
+    problem = bind_problem(host, admin_token)
+    if problem is not None:
+        print(f"agent-code serve: error: {problem}", file=sys.stderr)
+        raise typer.Exit(2)
     try:
         gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
                                 max_context_tokens=max_context, history_policy=history_policy,
-                                trajectory_dir=trajectory_dir, reward_policy=reward_policy)
+                                trajectory_dir=trajectory_dir, reward_policy=reward_policy,
+                                max_sessions=max_sessions, max_in_flight=max_in_flight)
     except Exception as exc:
         print(f"agent-code serve: error: {exc}", file=sys.stderr)
         raise typer.Exit(1)
     print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
-          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{host}:{port}",
+          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{host}:{port}; "
+          f"session management {'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
           file=sys.stderr)
-    uvicorn.run(create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024)), host=host, port=port,
-                log_level="warning", lifespan="off")
+    app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
+    uvicorn.run(app_, host=host, port=port, log_level="warning", lifespan="off")
 
 
 def main(argv: list[str]) -> None:

@@ -9,6 +9,8 @@
 ``sglang:URL``         an SGLang server's native ``/generate`` (:mod:`.sglang`)
 ``vllm:URL``           a vLLM server's ``/v1/completions`` (:mod:`.vllm`)
 ``hf:MODEL``           transformers + torch in process (:mod:`.hf`), hub id or directory
+``instant[:TEXT]``     the same short reply at once, every request (:mod:`.instant`;
+                       default: a Hermes call to ``Read``) — for load tests
 =====================  =========================================================
 
 Each engine module is imported only when its spec is used, so optional dependencies
@@ -23,7 +25,8 @@ from agent_code.engines.base import Engine, EngineError, Generation
 
 __all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
 
-ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "sglang:URL", "vllm:URL", "hf:MODEL")
+ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "sglang:URL", "vllm:URL", "hf:MODEL",
+                "instant[:TEXT]")
 
 
 def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
@@ -34,6 +37,9 @@ def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
     if kind == "scripted" and arg:
         from agent_code.engines.scripted import ScriptedEngine
         return ScriptedEngine(arg, renderer, **options)
+    if kind == "instant":
+        from agent_code.engines.instant import InstantEngine
+        return InstantEngine(renderer, arg or None, **options)
     if kind == "llamacpp":
         from agent_code.engines.llamacpp import LlamaCppEngine
         return LlamaCppEngine(arg or None, **options)

@@ -1,9 +1,10 @@
-"""What the HTTP engines (SGLang, vLLM) share: one httpx client per event loop, and
-turning an error response into one readable line."""
+"""What the HTTP engines (SGLang, vLLM) share: one httpx client per event loop, turning an
+error response into one readable line, and checking the token ids an engine sent back."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 
@@ -47,3 +48,20 @@ def error_text(response: httpx.Response) -> str:
             return str(err.get("message") or err)
         return str(err or data.get("message") or data.get("detail") or data)[:500]
     return str(data)[:500]
+
+
+MAX_TOKEN_ID = 2**31 - 1
+
+
+def token_ids(values: Any) -> list[int]:
+    """``values`` as token ids: a list of integers in ``[0, 2**31)`` (a tokenizer cannot decode
+    others; a float, bool or string in their place is a malformed reply). Raises ValueError or
+    TypeError otherwise."""
+    if not isinstance(values, list):
+        raise TypeError(f"token ids must be a list, got {type(values).__name__}")
+    for value in values:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"token id {value!r} is not an integer")
+        if not 0 <= value <= MAX_TOKEN_ID:
+            raise ValueError(f"token id {value} is out of range")
+    return list(values)

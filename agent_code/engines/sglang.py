@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from agent_code.engines.http_client import LoopClient, error_text
+from agent_code.engines.http_client import LoopClient, error_text, token_ids
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
 
@@ -121,19 +121,24 @@ class SGLangEngine:
         if response.status_code != 200:
             raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {error_text(response)}")
         try:
-            data = response.json()
-            if isinstance(data, list):
-                data = data[0]
-            meta = data["meta_info"]
-            triples = meta.get("output_token_logprobs") or []
-            logprobs = [float(t[0]) for t in triples]
-            ids = data.get("output_ids")
-            ids = [int(i) for i in ids] if ids is not None else [int(t[1]) for t in triples]
-            finish = meta.get("finish_reason") or {}
-            if isinstance(finish, str):
-                finish = {"type": finish}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise EngineError(f"SGLang returned a malformed /generate response: {exc}: {response.text[:300]}") from exc
+            return self._generation(response.json(), n_prompt, rid)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
+            raise EngineError(f"SGLang returned a malformed /generate response: {type(exc).__name__}: "
+                              f"{str(exc)[:200]}: {response.text[:300]}") from exc
+
+    def _generation(self, data: Any, n_prompt: int, rid: str) -> Generation:
+        """The Generation in a decoded ``/generate`` body (any shape error raises ValueError,
+        KeyError, IndexError, TypeError or AttributeError; the caller words it)."""
+        if isinstance(data, list):
+            data = data[0]
+        meta = data["meta_info"]
+        triples = meta.get("output_token_logprobs") or []
+        logprobs = [float(t[0]) for t in triples]
+        ids = data.get("output_ids")
+        ids = token_ids(ids if ids is not None else [t[1] for t in triples])
+        finish = meta.get("finish_reason") or {}
+        if isinstance(finish, str):
+            finish = {"type": finish}
         if len(ids) != len(logprobs):
             raise EngineError(f"SGLang returned {len(ids)} output ids but {len(logprobs)} logprobs "
                               "(is return_logprob supported by this server?)")

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from agent_code.engines.http_client import LoopClient, error_text
+from agent_code.engines.http_client import LoopClient, error_text, token_ids
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
 
@@ -66,8 +66,11 @@ class VLLMEngine:
             try:
                 response = await client.get("/v1/models")
                 response.raise_for_status()
-                self.model = response.json()["data"][0]["id"]
-            except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                model = response.json()["data"][0]["id"]
+                if not isinstance(model, str) or not model:
+                    raise ValueError(f"the model id {model!r} is not a name")
+                self.model = model
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise EngineError(f"cannot tell which model vLLM at {self.base_url} serves "
                                   f"(GET /v1/models: {exc}); pass the model name") from exc
         return self.model
@@ -110,20 +113,24 @@ class VLLMEngine:
         if response.status_code != 200:
             raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: {error_text(response)}")
         try:
-            data = response.json()
-            choice = data["choices"][0]
-            lp = choice.get("logprobs") or {}
-            tokens = lp.get("tokens") or []
-            ids = [_token_id(t) for t in tokens]
-            logprobs = [float(x) if x is not None else float("nan") for x in lp.get("token_logprobs") or []]
-            finish = choice.get("finish_reason")
-            usage = data.get("usage") or {}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise EngineError(f"vLLM returned a malformed completion: {exc}: {response.text[:300]}") from exc
+            return self._generation(response.json(), n_prompt)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
+            raise EngineError(f"vLLM returned a malformed completion: {type(exc).__name__}: {str(exc)[:200]}: "
+                              f"{response.text[:300]}") from exc
+
+    def _generation(self, data: Any, n_prompt: int) -> Generation:
+        """The Generation in a decoded completion (any shape error raises ValueError, KeyError,
+        IndexError, TypeError or AttributeError; the caller words it)."""
+        choice = data["choices"][0]
+        lp = choice.get("logprobs") or {}
+        ids = token_ids([_token_id(t) for t in lp.get("tokens") or []])
+        logprobs = [float(x) if x is not None else float("nan") for x in lp.get("token_logprobs") or []]
+        finish = choice.get("finish_reason")
+        usage = data.get("usage") or {}
         if len(ids) != len(logprobs):
             raise EngineError(f"vLLM returned {len(ids)} tokens but {len(logprobs)} logprobs")
         direct = choice.get("token_ids")
-        if direct is not None and [int(i) for i in direct] != ids:
+        if direct is not None and token_ids(direct) != ids:
             raise EngineError("vLLM's token_ids disagree with its logprob tokens")
         if finish == "abort":
             raise EngineError("vLLM aborted the request")
@@ -143,7 +150,7 @@ class VLLMEngine:
 
 
 def _token_id(token: Any) -> int:
-    if isinstance(token, int):
+    if isinstance(token, int) and not isinstance(token, bool):
         return token
     if isinstance(token, str) and token.startswith("token_id:"):
         return int(token[len("token_id:"):])

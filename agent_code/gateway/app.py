@@ -1,6 +1,7 @@
 """The ASGI app: routes, session management, health. Thin on purpose: everything with
 logic lives in the pipeline (the turn), the shared HTTP turn flow, and one route module per
-wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses)."""
+wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses). Who may use the
+session management routes is decided in :mod:`agent_code.gateway.auth` (``admin_token``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent_code import __version__
+from agent_code.gateway.auth import ManagementGuard
 from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, read_json
 from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.pipeline import Gateway
@@ -28,7 +30,10 @@ SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int
 
 
 def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               ping_interval_s: float = 5.0) -> Starlette:
+               ping_interval_s: float = 5.0, admin_token: str | None = None) -> Starlette:
+    """The gateway's app. ``admin_token``: the token the session management routes require
+    (None: they are open to requests without a key; see :mod:`agent_code.gateway.auth`)."""
+    guard = ManagementGuard(admin_token or None)
     flow = TurnFlow(gateway, ping_interval_s=ping_interval_s)
     resolver = SessionResolver(gateway.store)
     anthropic = AnthropicRoutes(gateway, flow, max_body_bytes=max_body_bytes)
@@ -51,6 +56,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     async def open_session(request: Request) -> Response:
         try:
+            guard.require(request, "open")
             body = await read_json(request, max_body_bytes)
             if not isinstance(body, dict):
                 raise HttpError(400, "invalid_request_error", "expected a JSON object")
@@ -64,6 +70,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                                     + (" of at least 1" if kind is int else ""))
             if not body.get("session_id"):
                 raise HttpError(400, "invalid_request_error", "'session_id' is required")
+            guard.require(request, "open", body["session_id"])
             session = gateway.store.open(body["session_id"], sampling=body.get("sampling"),
                                          max_context_tokens=body.get("max_context_tokens"),
                                          max_turns=body.get("max_turns"))
@@ -73,12 +80,14 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     async def get_session(request: Request) -> Response:
         try:
+            guard.require(request, "read", request.path_params["sid"])
             return JSONResponse(gateway.store.get(request.path_params["sid"]).summary())
         except Exception as exc:
             return error_response(as_http_error(exc))
 
     async def get_turns(request: Request) -> Response:
         try:
+            guard.require(request, "read", request.path_params["sid"])
             session = gateway.store.get(request.path_params["sid"])
             return JSONResponse({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
         except Exception as exc:
@@ -86,6 +95,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     async def finish_session(request: Request) -> Response:
         try:
+            guard.require(request, "finish", request.path_params["sid"])
             body = await read_json(request, max_body_bytes)
             if not isinstance(body, dict):
                 raise HttpError(400, "invalid_request_error", "expected a JSON object")
@@ -111,6 +121,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     async def delete_session(request: Request) -> Response:
         try:
+            guard.require(request, "delete", request.path_params["sid"])
             session = gateway.store.drop(request.path_params["sid"])
             return JSONResponse({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
         except Exception as exc:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import math
+import re
 from typing import Any, Awaitable, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from agent_code.engines.base import EngineError
@@ -26,6 +29,9 @@ T = TypeVar("T")
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DISCONNECT_POLL_S = 0.25
+BODY_IDLE_TIMEOUT_S = 30.0     # longest wait for the next chunk of a request body
+BODY_TOTAL_TIMEOUT_S = 300.0   # longest for a whole request body
+STORAGE_FULL = (errno.ENOSPC, errno.EDQUOT)   # a write that failed for want of room: 507, not 500
 
 
 class HttpError(Exception):
@@ -42,24 +48,48 @@ class ClientGone(Exception):
     """The client disconnected before its reply was ready."""
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise HttpError(400, "invalid_request_error", "content-length is not a number")
-        if int(declared) > limit:
-            raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+class _NotFinite(ValueError):
+    """A number JSON cannot carry (NaN, Infinity, or one that overflows a float)."""
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _float_range_int(text: str) -> int:
+    if len(text) > 309:  # more digits than any float holds: no field of a request takes such a number
+        raise _NotFinite(f"the integer {text[:20]}... ({len(text)} digits) is out of range")
+    return int(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotFinite(f"{name} is not a JSON value")
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no lone surrogate escape (``"\\ud800"``: not Unicode, and the
+    tokenizer refuses it anyway), no NaN/Infinity, no number (integers included) beyond a float's
+    range, bounded nesting. Anything else is a 400 — never a 500
+    later, when a reply, a turn log line or a sample holding such a value fails to serialize."""
     if not raw.strip():
         raise HttpError(400, "invalid_request_error", "request body is empty; expected a JSON object")
     try:
-        return json.loads(raw)
+        # decoded strictly here: json.loads(bytes) would let UTF-8-encoded surrogates through
+        text = raw.decode("utf-8-sig")
+        value = json.loads(text, parse_float=_finite_float, parse_int=_float_range_int, parse_constant=_no_constant)
+        if _SURROGATE_ESCAPE.search(text):  # only then can a string hold a lone surrogate
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError as exc:
+        raise HttpError(400, "invalid_request_error",
+                        f"request body is not valid Unicode: it holds a lone UTF-16 surrogate "
+                        f"(\\u{ord(exc.object[exc.start]):04x})") from None
     except UnicodeDecodeError:
         raise HttpError(400, "invalid_request_error", "request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -67,6 +97,43 @@ async def read_json(request: Request, limit: int) -> Any:
                         f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise HttpError(400, "invalid_request_error", "request body is nested too deeply") from None
+    except ValueError as exc:  # _NotFinite, or an integer past Python's digit limit
+        raise HttpError(400, "invalid_request_error", f"request body is not valid JSON: {str(exc).split(';')[0][:200]}") from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes (413 beyond), within the body timeouts (408): a
+    client that trickles its body, or declares a length and never sends it, does not hold the
+    request (and its task) for longer than ``BODY_TOTAL_TIMEOUT_S``, nor stalls longer than
+    ``BODY_IDLE_TIMEOUT_S`` between two chunks. uvicorn itself has no such timeout."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HttpError(400, "invalid_request_error", "content-length is not a number")
+        if int(declared) > limit:
+            raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
+    chunks, size = [], 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BODY_TOTAL_TIMEOUT_S
+    try:
+        async with asyncio.timeout(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S)) as timer:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
+                chunks.append(chunk)
+                timer.reschedule(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S))
+    except TimeoutError:
+        raise HttpError(408, "timeout_error", f"request body not received in time ({size} bytes arrived; "
+                        f"at most {BODY_IDLE_TIMEOUT_S:g} s between chunks, {BODY_TOTAL_TIMEOUT_S:g} s in all)") from None
+    except ClientDisconnect:
+        raise HttpError(400, "invalid_request_error", "the client disconnected before sending the whole body") from None
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`)."""
+    return parse_json_body(await read_body(request, limit))
 
 
 def credential_from(request: Request) -> str | None:
@@ -123,5 +190,9 @@ def as_http_error(exc: BaseException) -> HttpError:
     if isinstance(exc, EngineError):
         # 529 tells Anthropic clients to retry later
         return HttpError(529, "overloaded_error", f"engine error: {exc}")
+    if isinstance(exc, OSError) and exc.errno in STORAGE_FULL:
+        log.error("the trajectory dir is full: %s", exc)
+        return HttpError(507, "api_error", f"the gateway could not write its trajectory dir: {exc}",
+                         code="insufficient_storage")
     log.exception("unexpected error in a turn")
     return HttpError(500, "api_error", f"internal error: {type(exc).__name__}: {exc}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from agent_code.engines.base import Engine, Generation
 from agent_code.gateway.grammar import tool_call_grammar
@@ -32,7 +32,7 @@ class RenderError(ValueError):
 @dataclass
 class PreparedTurn:
     request: ChatRequest
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]          # an array('i') (see PromptPlan)
     sampling: SamplingParams
     timing: dict[str, float]
     plan: PromptPlan | None = None
@@ -41,7 +41,7 @@ class PreparedTurn:
 @dataclass
 class TurnOutcome:
     request: ChatRequest
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
     generation: Generation
     reply: ParsedReply
     stop_sequence: str | None
@@ -184,21 +184,30 @@ class Gateway:
         return samples
 
     def commit(self, session: Session, outcome: TurnOutcome, protocol: str, total_s: float) -> TurnRecord:
-        """Record the turn; called once the reply has reached the client."""
+        """Record the turn; called once the reply has reached the client.
+
+        A turn that extends a held one (``tokens`` policy) shares its parent's message and tool
+        objects for the part of the history they stand for (equal by the history's digests), so
+        a session holds its system prompt, tools and earlier messages once, not once per turn."""
         g = outcome.generation
+        plan = outcome.plan
+        messages, tools = outcome.request.messages, outcome.request.tools
+        if plan is not None and plan.parent is not None and plan.held_messages:
+            parent = session.turns[plan.parent]
+            messages = [*parent.messages, parent.reply, *messages[plan.held_messages:]]
+            tools = parent.tools
         record = TurnRecord.build(
-            session_id=session.id, index=len(session.turns), messages=outcome.request.messages,
-            tools=outcome.request.tools, prompt_ids=outcome.prompt_ids, output_ids=g.output_ids,
+            session_id=session.id, index=len(session.turns), messages=messages,
+            tools=tools, prompt_ids=outcome.prompt_ids, output_ids=g.output_ids,
             logprobs=g.logprobs, finish_reason=g.finish_reason, reply=outcome.reply.as_message(),
             ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
             timing={**outcome.timing, "total": total_s},
         )
-        plan = outcome.plan
         if plan is not None:
             record.parent, record.policy, record.prefix_reused = plan.parent, plan.policy, plan.prefix_reused
             record.drift, record.branch_hint = list(plan.drift), plan.branch_hint
         session.turns.append(record)
-        session.history.add(record)
+        session.history.add(record, plan.messages_key if plan is not None else None)
         if self.turn_log is not None:
             self.turn_log.append(record)
         return record

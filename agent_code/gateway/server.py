@@ -18,7 +18,11 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
                   tool_parser: str | None = None, reasoning_parser: str | None = None,
                   max_turns: int | None = None, max_context_tokens: int | None = None,
                   history_policy: str = "tokens", trajectory_dir: str | None = None,
-                  reward_policy: str = "full") -> Gateway:
+                  reward_policy: str = "full", max_sessions: int | None = None,
+                  max_in_flight: int | None = None) -> Gateway:
+    """A gateway on ``engine_spec``. Limits: ``max_turns`` and ``max_context_tokens`` per session,
+    ``max_sessions`` open at once, ``max_in_flight`` requests generating at once per session
+    (each None: no limit; the request size limit and the admin token belong to ``create_app``)."""
     from agent_code.engines import create_engine
     from agent_code.render.template import load_renderer
 
@@ -34,7 +38,8 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
     return Gateway(engine, renderer, model_name=model_name or "agent-code-local", tool_parser=tool_parser,
                    reasoning_parser=reasoning_parser, history_policy=history_policy,
                    turn_log=TurnLog(trajectory_dir) if trajectory_dir else None, reward_policy=reward_policy,
-                   store=SessionStore(default_max_turns=max_turns, default_max_context=max_context_tokens))
+                   store=SessionStore(default_max_turns=max_turns, default_max_context=max_context_tokens,
+                                      max_sessions=max_sessions, max_in_flight=max_in_flight))
 
 
 class BackgroundServer:

@@ -2,8 +2,11 @@
 
 A session is opened explicitly (``POST /v1/sessions``) or on first use. The session id
 is what the client sends as its API key. Limits: a turn cap (the next request gets
-429), and a context budget that clamps ``max_new_tokens`` (a reply that hits it stops
-with ``max_tokens``). A closed session refuses further turns (503).
+429), a cap on requests generating at once in one session (429), and a context budget that
+clamps ``max_new_tokens`` (a reply that hits it stops with ``max_tokens``). A closed session
+refuses further turns (503). The store caps how many sessions are open at once
+(``max_sessions``: opening one more, explicitly or on first use, is 429); a finished or
+deleted session frees its slot.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Session:
     closed: bool = False
     created_at: float = field(default_factory=time.time)
     in_flight: int = 0
+    max_in_flight: int | None = None   # requests generating at once (None: no cap)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def check_open(self) -> None:
@@ -42,6 +46,10 @@ class Session:
         if self.max_turns is not None and len(self.turns) + self.in_flight >= self.max_turns:
             raise SessionError(429, "rate_limit_error",
                                f"session '{self.id}' reached its turn limit ({self.max_turns})")
+        if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+            raise SessionError(429, "rate_limit_error",
+                               f"session '{self.id}' already has {self.in_flight} request(s) generating, its "
+                               f"limit; wait for a reply before sending the next request")
 
     def summary(self) -> dict[str, Any]:
         return {"session_id": self.id, "turns": len(self.turns), "closed": self.closed,
@@ -50,19 +58,33 @@ class Session:
 
 
 class SessionStore:
-    def __init__(self, default_max_turns: int | None = None, default_max_context: int | None = None) -> None:
+    def __init__(self, default_max_turns: int | None = None, default_max_context: int | None = None, *,
+                 max_sessions: int | None = None, max_in_flight: int | None = None) -> None:
         self.sessions: dict[str, Session] = {}
         self.default_max_turns = default_max_turns
         self.default_max_context = default_max_context
+        self.max_sessions = max_sessions        # sessions open at once (None: no cap)
+        self.max_in_flight = max_in_flight      # per session (None: no cap)
+        self._open = 0                          # sessions in ``sessions`` not yet closed
+
+    @property
+    def open_count(self) -> int:
+        """Sessions open now: the ones that count against ``max_sessions``."""
+        return self._open
 
     def open(self, session_id: str, *, sampling: dict[str, Any] | None = None,
              max_context_tokens: int | None = None, max_turns: int | None = None) -> Session:
         if session_id in self.sessions:
             raise SessionError(409, "invalid_request_error", f"session '{session_id}' already exists")
+        if self.max_sessions is not None and self._open >= self.max_sessions:
+            raise SessionError(429, "rate_limit_error",
+                               f"the gateway already has {self._open} open sessions, its limit; finish or "
+                               f"delete one before opening session '{session_id}'")
         session = Session(session_id, sampling=dict(sampling or {}),
                           max_context_tokens=max_context_tokens or self.default_max_context,
-                          max_turns=max_turns or self.default_max_turns)
+                          max_turns=max_turns or self.default_max_turns, max_in_flight=self.max_in_flight)
         self.sessions[session_id] = session
+        self._open += 1
         return session
 
     def get_or_open(self, session_id: str) -> Session:
@@ -79,11 +101,14 @@ class SessionStore:
         if session.closed:
             raise SessionError(409, "invalid_request_error", f"session '{session_id}' is already finished")
         session.closed = True
+        self._open -= 1
         return session
 
     def drop(self, session_id: str) -> Session:
         """Forget a session and its turns (a rollout that is thrown away)."""
         session = self.get(session_id)
-        session.closed = True
+        if not session.closed:
+            session.closed = True
+            self._open -= 1
         del self.sessions[session_id]
         return session

@@ -15,9 +15,13 @@ protocols:
 
 The turn is recorded before the final bytes are written, so a client that acts on the reply
 (finishes the session, say) always finds it there, and never when the client was gone before
-the reply was complete. Every reply carries ``x-agent-code-session`` (the session id, useful
+the reply was complete. A turn whose turn-log line cannot be written (disk full) is taken back
+out of the session and the client gets an error in its protocol's format (507; in a stream, the
+error event in place of the last one) instead of a reply the trajectory would not hold. Every
+reply carries ``x-agent-code-session`` (the session id, useful
 for clients grouped by history) and, when the translation dropped or rewrote something,
-``x-agent-code-notes``; the notes are also logged.
+``x-agent-code-notes``; the notes are also logged. A JSON reply also carries the turn's
+recorded timings as ``Server-Timing`` (render, engine, parse, total; in milliseconds).
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from agent_code.gateway.http import ClientGone, HttpError, as_http_error, json_response, unless_disconnected
+from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, json_response,
+                                     unless_disconnected)
 from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.sessions import Session
 from agent_code.protocols.canonical import ChatRequest
@@ -63,9 +69,15 @@ class WayOut(Protocol):
     def stream_error(self, err: HttpError) -> bytes: ...
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def header_safe(text: str, limit: int = 2000) -> str:
-    """A header value: ASCII only, one line, bounded."""
-    safe = text.encode("ascii", "backslashreplace").decode("ascii").replace("\r", " ").replace("\n", " ")
+    """A header value: printable ASCII only (other characters backslash-escaped), no edge spaces,
+    bounded. HTTP forbids the rest, and a value that the server's HTTP layer refuses would drop
+    the connection after the turn was recorded (a session id may be any string)."""
+    safe = text.encode("ascii", "backslashreplace").decode("ascii")
+    safe = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", safe).strip(" ")
     return safe if len(safe) <= limit else safe[: limit - 3] + "..."
 
 
@@ -76,7 +88,37 @@ def reply_headers(session: Session, request: ChatRequest) -> dict[str, str]:
     return headers
 
 
+def server_timing(timing: dict[str, float]) -> str:
+    """The turn's recorded timings as a ``Server-Timing`` header value (milliseconds):
+    ``render;dur=4.1, engine;dur=0.2, parse;dur=0.3, total;dur=5.0``."""
+    return ", ".join(f"{name};dur={seconds * 1000:.3f}" for name, seconds in timing.items())
+
+
 AfterCommit = Callable[[Session, TurnRecord], None]
+
+
+class NotRecorded(Exception):
+    """The turn could not be written to the turn log; it was taken back out of the session."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        full = cause.errno in STORAGE_FULL
+        log.error("a turn was not recorded (its reply is withheld): %s", cause)
+        self.error = HttpError(507 if full else 503, "api_error",
+                               f"the turn was not recorded, so its reply is void: the gateway could not write its "
+                               f"trajectory dir ({cause}); retry once it can write again",
+                               code="insufficient_storage" if full else None)
+
+
+def forget_turn(session: Session, index: int) -> None:
+    """Take the turns from ``index`` on back out of ``session`` (commits are synchronous, so
+    they are the one a failed commit just added). A history entry it overwrote (the very same
+    conversation generated twice) is not restored: the next request that extends it starts a
+    new branch instead of extending the older turn."""
+    del session.turns[index:]
+    by_key = session.history.by_key
+    for key in [k for k, v in by_key.items() if v >= index]:
+        del by_key[key]
 
 
 class TurnFlow:
@@ -105,8 +147,11 @@ class TurnFlow:
         payload = out.body(outcome)
         if await request.is_disconnected():
             return Response(status_code=499)
-        self._commit(session, outcome, out, started, after_commit)
-        return json_response(payload, headers=headers)
+        try:
+            record = self._commit(session, outcome, out, started, after_commit)
+        except NotRecorded as exc:
+            return self._error(out, exc.error, headers)
+        return json_response(payload, headers={**headers, "server-timing": server_timing(record.timing)})
 
     @staticmethod
     def _error(out: WayOut, exc: BaseException, headers: dict[str, str]) -> Response:
@@ -115,10 +160,19 @@ class TurnFlow:
         return response
 
     def _commit(self, session: Session, outcome: TurnOutcome, out: WayOut, started: float,
-                after_commit: AfterCommit | None) -> None:
-        record = self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
+                after_commit: AfterCommit | None) -> TurnRecord:
+        """Record the turn. If its turn log line cannot be written (disk full, I/O error), the
+        turn is taken back out of the session too and :class:`NotRecorded` is raised: the client
+        then gets an error instead of a reply the trajectory does not hold."""
+        index = len(session.turns)
+        try:
+            record = self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
+        except OSError as exc:
+            forget_turn(session, index)
+            raise NotRecorded(exc) from exc
         if after_commit is not None:
             after_commit(session, record)
+        return record
 
     async def _stream(self, session: Session, turn: PreparedTurn, out: WayOut, started: float,
                       after_commit: AfterCommit | None) -> AsyncIterator[bytes]:
@@ -141,11 +195,19 @@ class TurnFlow:
             before, after = out.reply_events(outcome)
             for chunk in before:
                 yield chunk
-            self._commit(session, outcome, out, started, after_commit)
+            try:
+                self._commit(session, outcome, out, started, after_commit)
+            except NotRecorded as exc:
+                yield out.stream_error(exc.error)  # instead of the last event: the reply is void
+                return
             for chunk in after:
                 yield chunk
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
-                    await task
+                    # shielded: Starlette cancels this generator again at every await (anyio's
+                    # level cancellation), and a cancellation reaching the engine task while it
+                    # cleans up would leave its HTTP request to the engine open (vLLM would
+                    # generate on for nobody)
+                    await asyncio.shield(task)

@@ -33,6 +33,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
@@ -84,6 +87,7 @@ class Renderer:
             if isinstance(candidate, int) and candidate not in eos:
                 eos.append(candidate)
         self.eos_ids: list[int] = eos
+        self._segments: SegmentCache | None = SegmentCache.for_renderer(self)
 
     # ----------------------------------------------------------------- template
 
@@ -95,8 +99,20 @@ class Renderer:
         return template
 
     def render(self, messages: list[dict], tools: list[dict] | None = None, *,
-               add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
-        """Prompt token ids for ``messages`` (+ tools), ending with the generation prompt."""
+               add_generation_prompt: bool = True, cached: bool = True, **template_kwargs: Any) -> list[int]:
+        """Prompt token ids for ``messages`` (+ tools), ending with the generation prompt.
+
+        The template's text is tokenized through the :class:`SegmentCache` when the tokenizer
+        allows it (the same ids, with long repeated segments such as a shared system prompt
+        tokenized once), else — or with ``cached=False`` — by the tokenizer's own
+        ``apply_chat_template``."""
+        if cached and self._segments is not None:
+            return self._segments.encode(self.render_text(messages, tools, add_generation_prompt=add_generation_prompt,
+                                                          **template_kwargs))
+        return self._render_ids(messages, tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
+
+    def _render_ids(self, messages: list[dict], tools: list[dict] | None = None, *,
+                    add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
         out = self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
             tokenize=True, return_dict=False, **template_kwargs)
@@ -160,6 +176,100 @@ class Renderer:
 
     def __repr__(self) -> str:
         return f"Renderer({self.name!r}, end_of_turn={self.end_of_turn_text!r})"
+
+
+class SegmentCache:
+    """Tokenization of chat-template text, one end-of-turn-delimited segment at a time, with
+    the ids of long segments kept (least recently used out first).
+
+    A tokenizer splits its input at added tokens before anything else, and encodes the text
+    between them independently; so ``encode(a + EOT + b) == encode(a) + [EOT] + encode(b)``
+    when the end-of-turn token ``EOT`` is an added token matched verbatim (not normalized, no
+    ``lstrip``/``rstrip``/``single_word``) that no other added token overlaps. Then a segment
+    seen before (the system prompt and tool list that every session of a rollout shares, say,
+    ~25k tokens) costs a dictionary lookup instead of a tokenization. :meth:`for_renderer`
+    checks those conditions, and that a probe renders to the same ids both ways; otherwise the
+    renderer does not use a cache. Segments under ``min_chars`` are not kept; the kept text
+    is bounded by ``max_chars``. Thread-safe.
+    """
+
+    def __init__(self, encode: Any, delimiter: str, delimiter_id: int, *, min_chars: int = 1024,
+                 max_chars: int = 16 * 2**20) -> None:
+        self._encode, self.delimiter, self.delimiter_id = encode, delimiter, delimiter_id
+        self.min_chars, self.max_chars = min_chars, max_chars
+        self._kept: OrderedDict[str, array] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @classmethod
+    def for_renderer(cls, renderer: "Renderer") -> "SegmentCache | None":
+        backend = renderer._backend
+        if backend is None or len(renderer.end_of_turn_ids) != 1:
+            return None
+        eot_id = renderer.end_of_turn_ids[0]
+        token = renderer._added.get(eot_id)
+        eot = getattr(token, "content", None)
+        if (not eot or eot != renderer.end_of_turn_text or getattr(token, "normalized", True)
+                or any(getattr(token, flag, True) for flag in ("lstrip", "rstrip", "single_word"))):
+            return None
+        for other_id, other in renderer._added.items():
+            text = getattr(other, "content", "")
+            if other_id != eot_id and (eot in text or _overlaps(text, eot) or _overlaps(eot, text)):
+                return None
+        cache = cls(lambda text: backend.encode(text, add_special_tokens=False).ids, eot, eot_id)
+        try:  # the same ids both ways, on a conversation with a long repeated segment
+            probe = [{"role": "system", "content": "You are a careful agent. " * 60},
+                     {"role": "user", "content": "Hi there."}, {"role": "assistant", "content": _PROBE},
+                     {"role": "user", "content": "And again?"}]
+            text = renderer.render_text(probe)
+            expected = renderer._render_ids(probe)
+            if cache.encode(text) != expected or cache.encode(text) != expected:
+                return None
+        except Exception:
+            return None
+        cache.clear()
+        return cache
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for i, part in enumerate(text.split(self.delimiter)):
+            if i:
+                ids.append(self.delimiter_id)
+            if part:
+                ids.extend(self._segment(part))
+        return ids
+
+    def _segment(self, part: str) -> list[int]:
+        if len(part) < self.min_chars:
+            return self._encode(part)
+        with self._lock:
+            kept = self._kept.get(part)
+            if kept is not None:
+                self._kept.move_to_end(part)
+                self.hits += 1
+                return kept.tolist()
+        ids = self._encode(part)
+        with self._lock:
+            self.misses += 1
+            if len(part) <= self.max_chars and part not in self._kept:
+                self._kept[part] = array("i", ids)
+                self._chars += len(part)
+                while self._chars > self.max_chars:
+                    old, _ = self._kept.popitem(last=False)
+                    self._chars -= len(old)
+        return ids
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._chars = 0
+            self.hits = self.misses = 0
+
+
+def _overlaps(left: str, right: str) -> bool:
+    """Whether a proper suffix of ``left`` is a prefix of ``right``."""
+    return any(right.startswith(left[i:]) for i in range(1, len(left)))
 
 
 def _as_id_list(out: Any) -> list[int]:

@@ -2,15 +2,40 @@
 
 Rollouts only ever talk to the gateway through these calls, so the same rollout code works
 with an in-process gateway, one started per Ray node, or one running elsewhere.
+
+A gateway with an admin token (``agent-code serve --admin-token``, required off loopback) lets
+only the orchestrator open, read, finish and delete sessions: give the client the token
+(``GatewayClient(url, admin_token=T)``), or set it for everything in a context with
+:func:`admin_token_scope` (what ``agent-code rollout --admin-token`` does). It is sent as the
+``x-agent-code-admin`` header, never as an API key, so it never becomes a session id.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import contextvars
+from typing import Any, Iterator
 
 import httpx
 
 from agent_code.trajectory.samples import Sample
+
+
+ADMIN_HEADER = "x-agent-code-admin"  # the same name as agent_code.gateway.auth's (not imported: no server deps)
+
+_scoped_admin_token: contextvars.ContextVar[str | None] = contextvars.ContextVar("agent_code_admin_token",
+                                                                                 default=None)
+
+
+@contextlib.contextmanager
+def admin_token_scope(token: str | None) -> Iterator[None]:
+    """Clients made in this context (and the tasks it starts) without an ``admin_token`` of
+    their own send ``token``."""
+    reset = _scoped_admin_token.set(token or None)
+    try:
+        yield
+    finally:
+        _scoped_admin_token.reset(reset)
 
 
 class GatewayClientError(Exception):
@@ -18,9 +43,11 @@ class GatewayClientError(Exception):
 
 
 class GatewayClient:
-    def __init__(self, base_url: str, *, timeout: float = 120.0) -> None:
+    def __init__(self, base_url: str, *, timeout: float = 120.0, admin_token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        token = admin_token or _scoped_admin_token.get()
+        headers = {ADMIN_HEADER: token} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, headers=headers)
 
     async def __aenter__(self) -> "GatewayClient":
         return self

@@ -15,7 +15,13 @@ ends or is killed, the kernel kills everything else in the namespace, daemons in
 The mount namespace hides what the agent must not see (``hide=[...]``, e.g. the tasks file
 with hidden tests) behind an empty tmpfs, and makes host paths the agent needs reachable
 (``provide(path)``: an interpreter under ``/root``, say), without touching the host's
-permissions. The network is shared: the agent reaches the gateway on loopback.
+permissions. ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are private to each command (an empty
+world-writable tmpfs, gone when the command ends; the sandbox itself stays in place), so the
+agent writes nothing on the host outside its workspace, home and ``TMPDIR``, and sees nothing
+another sandbox left there. A sandbox's directories are closed to other users (``workspace``,
+``home`` and ``tmp`` belong to its agent uid, mode 0700), so an agent cannot read another
+sandbox's workspace — a grading one holding hidden tests included — even where it can reach it.
+The network is shared: the agent reaches the gateway on loopback.
 
 Without isolation (not root, or ``isolate=False``) commands run as the current user, each in
 its own process group, killed as a group at its timeout; on exit every process still carrying
@@ -47,6 +53,8 @@ from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, che
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MARKER = "AGENT_CODE_SANDBOX"
+PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable host dirs: a tmpfs of its own per command
+PRIVATE_TMP_SIZE = "1g"
 _uids = itertools.count()
 
 
@@ -74,6 +82,12 @@ def _hidden_ancestor(path: Path) -> Path | None:
     return None
 
 
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """``paths`` without those inside another of them, shallowest first."""
+    ordered = sorted(set(paths), key=lambda p: len(p.parts))
+    return [p for i, p in enumerate(ordered) if not any(h in p.parents for h in ordered[:i])]
+
+
 def kill_marked(sandbox_id: str) -> int:
     """SIGKILL every process whose environment carries ``AGENT_CODE_SANDBOX=sandbox_id``."""
     needle = f"{MARKER}={sandbox_id}".encode()
@@ -94,14 +108,16 @@ class LocalSandbox:
     name = "local"
 
     def __init__(self, *, isolate: bool | str = "auto", hide: Sequence[str] = (), max_procs: int = 1024,
-                 tool_paths: Sequence[str] | None = None, base_dir: str | None = None, keep: bool = False) -> None:
+                 tool_paths: Sequence[str] | None = None, base_dir: str | None = None, keep: bool = False,
+                 private_tmp: bool = True) -> None:
         if isolate == "auto":
             isolate = isolation_available()
         elif isolate and not isolation_available():
             raise SandboxError("isolation needs root and util-linux's `unshare`, `setpriv` and `prlimit`")
         self.isolated = bool(isolate)
-        hidden = sorted({Path(p).resolve() for p in hide}, key=lambda p: len(p.parts))
-        self.hide = [p for i, p in enumerate(hidden) if not any(h in p.parents for h in hidden[:i])]
+        self.hide = _outermost([Path(p).resolve() for p in hide])
+        self.private_tmp = _outermost([Path(p).resolve() for p in PRIVATE_TMP_DIRS if Path(p).is_dir()]
+                                      if private_tmp and self.isolated else [])
         self.max_procs = max_procs
         # the interpreter running agent-code comes first on PATH: tasks' `python -m pytest`
         # set-up and grading commands use this environment (pass tool_paths=[] for none)
@@ -124,8 +140,8 @@ class LocalSandbox:
             (self.root / name).mkdir()
         for name in ("workspace", "home", "tmp"):
             self._own(self.root / name)
-        os.chmod(self.root / "home", 0o700)
-        os.chmod(self.root / "tmp", 0o700)
+        for name in ("workspace", "home", "tmp", ".root", ".mnt", ".jobs"):
+            os.chmod(self.root / name, 0o700)  # no other user (another sandbox's agent) may look in
         self.workdir, self.home = str(self.root / "workspace"), str(self.root / "home")
         if self.isolated:
             self._write_identity()
@@ -198,9 +214,10 @@ class LocalSandbox:
         identity = self.root / ".mnt"
         lines = ["set -e", f"mount --bind {q(str(identity / 'passwd'))} /etc/passwd",
                  f"mount --bind {q(str(identity / 'group'))} /etc/group"]
-        overlays: dict[Path, list[Path]] = {h: [] for h in self.hide}
+        covered = [*self.hide, *self.private_tmp]  # what gets an empty tmpfs (kept paths go back in)
+        overlays: dict[Path, list[Path]] = {h: [] for h in covered}
         for path in self.exposed:
-            holder = next((h for h in self.hide if h == path or h in path.parents), None) or _hidden_ancestor(path)
+            holder = next((h for h in covered if h == path or h in path.parents), None) or _hidden_ancestor(path)
             if holder is not None:
                 overlays.setdefault(holder, []).append(path)
         hidden_dirs, files, moves = [], [], []
@@ -214,7 +231,7 @@ class LocalSandbox:
                 files.append(hidden)
                 continue
             hidden_dirs.append(hidden)
-            moves += [path for path in keep if path.exists()]
+            moves += [path for path in keep if path.exists() and path not in moves]
         if moves:
             lines.append("mount -t tmpfs -o mode=0700,size=1m agent-code-scratch /mnt")
         for k, path in enumerate(moves):
@@ -224,15 +241,20 @@ class LocalSandbox:
         # kept path — then it is hidden again once that path is back in place
         top = [h for h in hidden_dirs if not any(o in h.parents for o in hidden_dirs)]
         inner = [h for h in hidden_dirs if h not in top and any(k == h or k in h.parents for k in moves)]
-        tmpfs = "mount -t tmpfs -o mode=0755,size=1m agent-code-hidden "
-        lines += [tmpfs + q(str(h)) for h in top]
+
+        def empty(h: Path) -> str:
+            if h in self.private_tmp:
+                return f"mount -t tmpfs -o mode=1777,size={PRIVATE_TMP_SIZE} agent-code-tmp {q(str(h))}"
+            return f"mount -t tmpfs -o mode=0755,size=1m agent-code-hidden {q(str(h))}"
+
+        lines += [empty(h) for h in top]
         for k, path in enumerate(moves):
             if path.is_dir():
                 lines.append(f"mkdir -p {q(str(path))}")
             else:
                 lines += [f"mkdir -p {q(str(path.parent))}", f"touch {q(str(path))}"]
             lines.append(f"mount --move /mnt/{k} {q(str(path))}")
-        lines += [tmpfs + q(str(h)) for h in inner]
+        lines += [empty(h) for h in inner]
         return "\n".join(lines)
 
     def _argv(self, command: str, user: str) -> list[str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated
 
 from agent_code.tools.base import Backup, FileStamp, ToolContext, ToolError, tool
-from agent_code.tools.paths import display, printable, resolve_inside
+from agent_code.tools.paths import display, printable, read_regular, resolve_inside, write_regular
 
 MAX_DIFF_LINES = 80
 MAX_MATCH_LINES_SHOWN = 10
@@ -106,8 +106,8 @@ def _current_content(ctx: ToolContext, real: Path, path: str, action: str) -> by
     if stamp is None:
         raise ToolError(f"{path!r} has not been read in this session; read it with read_file "
                         f"first, then {action} it")
+    data = read_regular(real, path)
     try:
-        data = real.read_bytes()
         now = FileStamp.of(real, data)
     except OSError as exc:
         raise ToolError(f"cannot read {path!r}: {exc.strerror}") from None
@@ -120,13 +120,8 @@ def _current_content(ctx: ToolContext, real: Path, path: str, action: str) -> by
 def _store(ctx: ToolContext, real: Path, path: str, before: bytes | None, after: bytes,
            tool_name: str) -> None:
     """Write ``after``, keeping ``before`` in ``ctx.backups`` and refreshing the read stamp."""
+    write_regular(real, after, path)  # in place (mode, owner kept); never through a hard link
     ctx.backups.append(Backup(real, before, tool_name))
-    try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        with open(real, "wb") as f:  # in place: keeps the file's mode, owner and links
-            f.write(after)
-    except OSError as exc:
-        raise ToolError(f"cannot write {path!r}: {exc.strerror}") from None
     ctx.files.record(real, after)
 
 

@@ -51,7 +51,7 @@ def read_file(
     if size > paths.MAX_FILE_BYTES:
         raise ToolError(f"{path!r} is too large to read ({_size(size)}; the limit is "
                         f"{_size(paths.MAX_FILE_BYTES)}); use grep to find the lines you need")
-    data = real.read_bytes()
+    data = paths.read_regular(real, path)
     if b"\x00" in data[:paths.BINARY_SNIFF_BYTES]:
         raise ToolError(f"{path!r} is a binary file; read_file only shows text")
     ctx.files.record(real, data)  # the model has now seen this content: edit tools may change it

@@ -54,6 +54,9 @@ class _GlobFilter:
         g = g.rstrip("/")
         if not g or "\x00" in g:
             raise ToolError(f"invalid glob {glob!r}")
+        if ".." in g.split("/"):
+            raise ToolError(f"glob {glob!r} contains '..'; a glob only filters the files under `path` "
+                            "and may not leave it")
         if "/" in g:
             source = glob_regex(g.lstrip("/"))
         else:

@@ -2,7 +2,16 @@
 
 * :func:`resolve_inside` turns a path the model gave into a real, symlink-free path and
   refuses anything that lands outside ``ctx.root`` (``..``, absolute paths, symlinks in
-  any component).
+  any component, ``/proc/self/...`` magic links), and paths that cannot be meant literally:
+  NUL bytes, text that is not Unicode, over :data:`MAX_PATH_CHARS` characters, ``~`` (never
+  expanded) and ``..`` between backslashes (Windows style). Other odd spellings
+  (``%2e%2e``, look-alike dots, other letter case) are taken literally: names inside the root.
+* :func:`read_regular` and :func:`write_regular` open the resolved file without following a
+  last-moment symlink and without blocking (a FIFO or device swapped in is refused, never
+  waited on). ``write_regular`` refuses a file with more than one hard link: a hard link is
+  the same file under another name, which may lie outside the root, so changing it there would
+  change it everywhere. Reading one is allowed (its path is inside the root; making a hard link
+  needs access to the file already, and git never makes one).
 * :func:`walk` lists a tree the same way for glob, grep and project_tree: sorted, never
   following directory symlinks, dropping symlinks that point outside the root and the
   directories in :data:`IGNORED_DIRS`.
@@ -25,6 +34,7 @@ IGNORED_DIRS = frozenset({
 })
 MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are "huge": read_file refuses them, grep skips them
 BINARY_SNIFF_BYTES = 8192
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: anything longer cannot name a file
 
 
 def _root(ctx: ToolContext) -> Path:
@@ -38,15 +48,12 @@ def is_within(path: Path, root: Path) -> bool:
 def resolve_inside(ctx: ToolContext, path: str, *, kind: Literal["file", "dir", "any"] = "any",
                    must_exist: bool = True) -> Path:
     """Resolve ``path`` (relative to the root, or absolute) to a real path inside the root."""
-    if "\x00" in path:
-        raise ToolError(f"path {path!r} contains a NUL byte")
-    if not path.strip():
-        raise ToolError("path is empty; use '.' for the working directory")
+    check_spelling(path)
     root = _root(ctx)
     candidate = Path(path) if os.path.isabs(path) else root / path
     real = Path(os.path.realpath(candidate))
     if not is_within(real, root):
-        raise ToolError(f"path {path!r} is outside the working directory {root}")
+        raise ToolError(f"path {_shown(path)} is outside the working directory {root}")
     try:
         st = real.stat()
     except FileNotFoundError:
@@ -64,6 +71,66 @@ def resolve_inside(ctx: ToolContext, path: str, *, kind: Literal["file", "dir", 
     elif kind == "dir" and not stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{path!r} is not a directory")
     return real
+
+
+def _shown(path: str) -> str:
+    return repr(path) if len(path) <= 200 else repr(path[:200]) + f"… ({len(path)} characters)"
+
+
+def check_spelling(path: str) -> None:
+    """Refuse a path that cannot be meant literally (see the module docstring); pure."""
+    if "\x00" in path:
+        raise ToolError(f"path {_shown(path)} contains a NUL byte")
+    if not path.strip():
+        raise ToolError("path is empty; use '.' for the working directory")
+    if len(path) > MAX_PATH_CHARS:
+        raise ToolError(f"path {_shown(path)} is too long (the limit is {MAX_PATH_CHARS} characters)")
+    try:
+        path.encode("utf-8", "surrogateescape")  # undecodable names listed by a tool round-trip
+    except UnicodeEncodeError:
+        raise ToolError(f"path {_shown(path)} is not valid Unicode text") from None
+    if path == "~" or path.startswith("~/"):
+        raise ToolError(f"path {_shown(path)}: '~' is not expanded; give a path relative to the working "
+                        "directory")
+    if "\\" in path and ".." in path.replace("\\", "/").split("/"):
+        raise ToolError(f"path {_shown(path)} uses '..' with backslashes; paths use '/' and may not leave "
+                        "the working directory")
+
+
+def read_regular(real: Path, path: str) -> bytes:
+    """The bytes of ``real`` (resolved by :func:`resolve_inside`), refusing anything that is
+    not a regular file by the time it is opened (no symlink followed, no FIFO waited on)."""
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolError(f"cannot read {_shown(path)}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{_shown(path)} is not a regular file")
+        return f.read()
+
+
+def write_regular(real: Path, data: bytes, path: str) -> None:
+    """Replace the content of ``real`` (created if missing) in place — keeping its mode and
+    owner — refusing a non-regular file and a file with other hard links (module docstring)."""
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ToolError(f"cannot write {_shown(path)}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{_shown(path)} is not a regular file")
+        if st.st_nlink > 1:
+            raise ToolError(f"{_shown(path)} has {st.st_nlink} hard links: the edit tools do not change a file "
+                            "that also exists under other names (which may be outside the working directory); "
+                            "write a new file instead")
+        try:
+            f.truncate(0)
+            f.write(data)
+        except OSError as exc:
+            raise ToolError(f"cannot write {_shown(path)}: {exc.strerror}") from None
 
 
 def display(ctx: ToolContext, path: Path | str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -53,18 +54,26 @@ def _digest(previous: bytes, item: Any) -> bytes:
     return hashlib.sha256(previous + blob.encode("utf-8", "surrogatepass")).digest()
 
 
+def _key_chain(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
+    """``chain[j]`` identifies ``messages[:j]`` under ``tools`` (``chain[0]``: no message yet)."""
+    chain = [_digest(b"tools", tools or [])]
+    for message in messages:
+        chain.append(_digest(chain[-1], message))
+    return chain
+
+
 def prefix_keys(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
     """``keys[j]`` identifies ``messages[:j + 1]`` under ``tools``."""
-    key = _digest(b"tools", tools or [])
-    keys = []
-    for message in messages:
-        key = _digest(key, message)
-        keys.append(key)
-    return keys
+    return _key_chain(messages, tools)[1:]
 
 
-def conversation_key(turn: TurnRecord) -> bytes:
-    return prefix_keys([*turn.messages, turn.reply], turn.tools)[-1]
+def conversation_key(turn: TurnRecord, messages_key: bytes | None = None) -> bytes:
+    """The key of the turn's prompt messages followed by its reply. ``messages_key``, the
+    key of ``turn.messages`` under ``turn.tools`` when the caller already has it (a
+    :class:`PromptPlan` does), saves hashing the whole history again."""
+    if messages_key is None:
+        messages_key = _key_chain(turn.messages, turn.tools)[-1]
+    return _digest(messages_key, turn.reply)
 
 
 def _system_of(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -73,12 +82,17 @@ def _system_of(messages: Sequence[dict[str, Any]]) -> str | None:
 
 @dataclass
 class PromptPlan:
-    prompt_ids: list[int]
+    """The prompt of a turn and how it came about. ``prompt_ids`` is an ``array('i')``: a held
+    prefix is copied as a block, never as Python ints."""
+
+    prompt_ids: array
     parent: int | None = None
     prefix_reused: int = 0
     policy: str = "tokens"
     drift: list[dict[str, Any]] = field(default_factory=list)
     branch_hint: str | None = None
+    messages_key: bytes | None = field(default=None, repr=False)  # the request messages' key, when computed
+    held_messages: int = 0  # how many leading request messages the parent's held ids stand for
 
 
 class SessionHistory:
@@ -87,16 +101,21 @@ class SessionHistory:
     def __init__(self) -> None:
         self.by_key: dict[bytes, int] = {}
 
-    def add(self, turn: TurnRecord) -> None:
-        self.by_key[conversation_key(turn)] = turn.index
+    def add(self, turn: TurnRecord, messages_key: bytes | None = None) -> None:
+        """Index ``turn`` (``messages_key``: see :func:`conversation_key`)."""
+        self.by_key[conversation_key(turn, messages_key)] = turn.index
 
     def find_parent(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[int, int] | None:
         """(turn index, number of messages it covers) for the longest held prefix."""
-        keys = prefix_keys(messages, tools)
+        return self.lookup(messages, tools)[0]
+
+    def lookup(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[tuple[int, int] | None, bytes]:
+        """:meth:`find_parent`'s answer, and the key of all of ``messages``."""
+        chain = _key_chain(messages, tools)
         for j in range(len(messages) - 1, 0, -1):  # a held prefix always ends with an assistant reply
-            if messages[j - 1].get("role") == "assistant" and keys[j - 1] in self.by_key:
-                return self.by_key[keys[j - 1]], j
-        return None
+            if messages[j - 1].get("role") == "assistant" and chain[j] in self.by_key:
+                return (self.by_key[chain[j]], j), chain[-1]
+        return None, chain[-1]
 
 
 def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
@@ -118,19 +137,24 @@ def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[s
 def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
                 messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan:
     if policy == "tokens":
-        found = history.find_parent(messages, tools)
+        found, key = history.lookup(messages, tools)
         if found is not None:
             parent = turns[found[0]]
-            held = [*parent.prompt_ids, *parent.output_ids]
+            held = array("i", parent.prompt_ids)  # copied as a block
+            held.extend(parent.output_ids)
             ends_with_eot = bool(parent.output_ids) and parent.output_ids[-1] in set(renderer.end_of_turn_ids)
             try:
                 suffix = render_suffix(renderer, parent.reply, messages[found[1]:], tools, ends_with_eot)
             except SuffixRenderError as exc:
                 plan = _template_plan(renderer, turns, messages, tools)
                 plan.drift.append({"kind": "fallback", "cause": str(exc), "masked": 0})
+                plan.messages_key = key
                 return plan
-            return PromptPlan(held + suffix, parent=parent.index, prefix_reused=len(held))
-        plan = PromptPlan(list(renderer.render(messages, tools)))
+            prefix_reused = len(held)
+            held.extend(suffix)
+            return PromptPlan(held, parent=parent.index, prefix_reused=prefix_reused, messages_key=key,
+                              held_messages=found[1])
+        plan = PromptPlan(array("i", renderer.render(messages, tools)), messages_key=key)
         plan.branch_hint = _root_hint(turns, messages)
         return plan
     if policy == "template":
@@ -150,12 +174,12 @@ def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]]) -> s
 def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[dict[str, Any]],
                    tools: Any) -> PromptPlan:
     """Full re-render, then classify how it relates to what the session already holds."""
-    ids = list(renderer.render(messages, tools))
+    ids = array("i", renderer.render(messages, tools))
     plan = PromptPlan(ids, policy="template")
     best: TurnRecord | None = None
     for turn in turns:  # the longest held prompt that this prompt starts with
         n = len(turn.prompt_ids)
-        if n <= len(ids) and (best is None or n > len(best.prompt_ids)) and ids[:n] == turn.prompt_ids.tolist():
+        if n <= len(ids) and (best is None or n > len(best.prompt_ids)) and ids[:n] == turn.prompt_ids:
             best = turn
     if best is None:
         if turns:

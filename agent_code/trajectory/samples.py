@@ -39,7 +39,8 @@ however many branches it had.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from agent_code.trajectory.records import TurnRecord
@@ -93,7 +94,12 @@ class Sample:
         return sum(self.loss_mask)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A deep copy as plain data (like ``dataclasses.asdict``, whose per-element deep copy
+        of the token lists is ~100x slower)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(tokens=list(self.tokens), loss_mask=list(self.loss_mask),
+                   rollout_log_probs=list(self.rollout_log_probs), metadata=copy.deepcopy(self.metadata))
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Sample":

@@ -62,18 +62,30 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _append_lines(path: Path, lines: Iterable[str]) -> None:
-    """Append complete lines, flushed and fsynced (a new file's directory entry too). A torn
-    last line left by a crash is ended first, so it stays one unreadable line on its own."""
+    """Append complete lines, fsynced (a new file's directory entry too). A torn last line left
+    by a crash is ended first, so it stays one unreadable line on its own. If the write fails
+    (disk full, I/O error) the file is cut back to its old size, so no partial record stays
+    behind, and the OSError propagates: the caller must not count the lines as written."""
     new = not path.exists()
-    with open(path, "a+b") as fh:
-        data = b"".join((line + "\n").encode("utf-8") for line in lines)
-        if fh.seek(0, os.SEEK_END) > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                data = b"\n" + data    # a torn line from a crash: never glue a record onto it
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    data = b"".join((line + "\n").encode("utf-8") for line in lines)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data       # a torn line from a crash: never glue a record onto it
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                log.error("%s: could not cut a failed append back to %d bytes", path, size)
+            raise
+    finally:
+        os.close(fd)
     if new:
         _fsync_dir(path.parent)
 
@@ -180,6 +192,8 @@ def _table(samples: list[Sample]) -> Any:
     for s in samples:
         row = s.to_dict()
         row["metadata"] = json.dumps(row["metadata"], ensure_ascii=False)
+        if row["reward"] is not None:
+            row["reward"] = float(row["reward"])  # an int reward past int64 would fail pyarrow's conversion
         for name in schema.names:
             columns[name].append(row[name])
     return pa.Table.from_pydict(columns, schema=schema)
@@ -194,27 +208,29 @@ def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> li
     directory.mkdir(parents=True, exist_ok=True)
     if not samples:
         return []
-    _append_lines(directory / SAMPLES_JSONL,
-                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
     by_session: dict[str, list[Sample]] = {}
     for s in samples:
         by_session.setdefault(s.session_id, []).append(s)
+    tables = {sid: _table(group) for sid, group in by_session.items()}  # a sample that cannot convert: before any write
+    _append_lines(directory / SAMPLES_JSONL,
+                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
     out_dir = directory / SAMPLES_DIR
     out_dir.mkdir(exist_ok=True)
-    written = []
-    for sid, group in by_session.items():
-        written.append(write_parquet(group, out_dir / (safe_name(sid) + ".parquet")))
+    written = [_write_table(table, out_dir / (safe_name(sid) + ".parquet")) for sid, table in tables.items()]
     _fsync_dir(out_dir)
     return written
 
 
 def write_parquet(samples: Iterable[Sample], path: str | os.PathLike) -> Path:
     """Write ``samples`` to one parquet file, atomically (a temp file renamed into place)."""
+    return _write_table(_table(list(samples)), Path(path))
+
+
+def _write_table(table: Any, path: Path) -> Path:
     import pyarrow.parquet as pq
 
-    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(_table(list(samples)), tmp)
+    pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
 

