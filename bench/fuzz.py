@@ -706,7 +706,9 @@ class Fuzzer:
         self.client.close()
 
     def request(self, tally: Tally, method: str, path: str, body: bytes | None, hdrs: dict[str, Any],
-                followup: bool = False) -> httpx.Response | None:
+                followup: bool = False, after: bytes | None = None) -> httpx.Response | None:
+        """Send one request and check the answer; ``after``: the input a follow-up request follows
+        (shown with a failure)."""
         try:
             response = self.client.request(method, path, content=body, headers=hdrs)
         except (httpx.LocalProtocolError, httpx.InvalidURL, UnicodeEncodeError) as exc:
@@ -719,11 +721,14 @@ class Fuzzer:
                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
             return None
         (tally.followups if followup else tally.statuses)[response.status_code] += 1
-        self.check(tally, method, path, body, response)
+        self.check(tally, method, path, body, response, after)
         return response
 
-    def check(self, tally: Tally, method: str, path: str, body: bytes | None, r: httpx.Response) -> None:
+    def check(self, tally: Tally, method: str, path: str, body: bytes | None, r: httpx.Response,
+              after: bytes | None = None) -> None:
         where = f"{method} {path[:120]} -> {r.status_code}: {r.content[:300]!r}; body {(body or b'')[:300]!r}"
+        if after is not None:
+            where += f"; following the input {after[:300]!r}"
         status = r.status_code
         if status >= 500 and status not in (529, 503):
             tally.fail("unexpected 5xx", where)
@@ -750,7 +755,8 @@ class Fuzzer:
 
     # -- endpoint-specific flows ------------------------------------------------------------------
 
-    def turn(self, tally: Tally, protocol: str, session_id: str) -> None:
+    def turn(self, tally: Tally, protocol: str, session_id: str, after: bytes | None = None) -> None:
+        """A valid turn in ``session_id`` (by key when it can be a header, else by metadata)."""
         path, body = VALID_TURN[protocol]
         if protocol == "anthropic":
             hdrs = {"x-api-key": session_id} if session_id.isascii() and session_id.isprintable() and session_id.strip() == session_id and session_id else None
@@ -759,7 +765,7 @@ class Fuzzer:
         if protocol != "anthropic":
             body, hdrs = {**body, "metadata": {"session_id": session_id}}, {}
         self.request(tally, "POST", path, json.dumps(body).encode(), {"content-type": "application/json", **hdrs},
-                     followup=True)
+                     followup=True, after=after)
 
     def run(self, tally: Tally, case: Case) -> None:
         tally.inputs += 1
@@ -781,9 +787,9 @@ class Fuzzer:
             self.finished = f"fin-{self.fresh}"
         if tally.endpoint == "sessions" and response.status_code == 201:
             sid = response.json()["session_id"]
-            self.turn(tally, random.Random(len(sid)).choice(list(VALID_TURN)), sid)
+            self.turn(tally, random.Random(len(sid)).choice(list(VALID_TURN)), sid, after=case.body)
             self.request(tally, "POST", f"/v1/sessions/{quote(sid, safe='')}/finish", b'{"reward": 1}', ADMIN,
-                         followup=True)
+                         followup=True, after=case.body)
 
 
 def fuzz_endpoint(fuzzer: Fuzzer, name: str, strategy: st.SearchStrategy, inputs: int, seed_value: int,

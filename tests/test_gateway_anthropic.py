@@ -158,3 +158,13 @@ def test_serve_command_in_a_subprocess(tmp_path):
                                        messages=[{"role": "user", "content": "echo served"}])
         assert reply.content[0].type == "tool_use" and reply.content[0].input == {"text": "served"}
         assert reply.model == "served"
+
+
+def test_session_sampling_values_are_checked_when_the_session_opens(tmp_path):
+    """A bad sampling default is a 400 at open, not a 500 at the session's first turn."""
+    with scripted_gateway(tmp_path, [{"text": "ok"}], qwen3_renderer()) as (url, gateway):
+        for sampling in ({"temperature": "hot"}, {"max_new_tokens": 0.5}, {"top_k": True}, {"seed": 1.5}):
+            r = httpx.post(f"{url}/v1/sessions", json={"session_id": "s", "sampling": sampling})
+            assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+        r = httpx.post(f"{url}/v1/sessions", json={"session_id": "s", "sampling": {"temperature": 0.5, "top_k": 5}})
+        assert r.status_code == 201

@@ -27,6 +27,17 @@ from agent_code.trajectory.samples import SAMPLE_STATUSES
 
 OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses")
 SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int}
+# a session's sampling defaults, checked when the session opens (not at its first turn)
+SAMPLING_FIELDS: dict[str, Any] = {"temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int,
+                                   "max_new_tokens": int}
+
+
+def check_sampling(sampling: dict[str, Any]) -> None:
+    for key, value in sampling.items():
+        kind = SAMPLING_FIELDS.get(key)
+        if kind is not None and value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise HttpError(400, "invalid_request_error",
+                            f"'sampling.{key}' must be " + ("an integer" if kind is int else "a number"))
 
 
 def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -68,6 +79,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                 if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
                     raise HttpError(400, "invalid_request_error", f"'{key}' must be a {kind.__name__}"
                                     + (" of at least 1" if kind is int else ""))
+            check_sampling(body.get("sampling") or {})
             if not body.get("session_id"):
                 raise HttpError(400, "invalid_request_error", "'session_id' is required")
             guard.require(request, "open", body["session_id"])
