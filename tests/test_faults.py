@@ -443,12 +443,13 @@ def test_disk_full_on_the_trajectory_dir(tmp_path):
     code ``insufficient_storage``; in a stream, the error event instead of the last one), so no
     client acts on a turn the trajectory lacks. The log is cut back to its last whole record.
     The server stays healthy; once there is room the session goes on where it was. Finishing a
-    session while the disk is full answers 507 too; the session is closed by then, and its samples
-    are rebuilt from its turn logs with ``agent-code recover``."""
+    session while the disk is full answers 507 too and leaves the session open, so finishing it
+    again once there is room returns its samples, written once; ``agent-code recover`` rebuilds
+    every session's samples from the turn logs as well."""
     renderer = qwen3_renderer()
     long_text = "word " * 1500  # each turn's log line spans several pages, so it cannot slip into slack
     script = write_script(tmp_path, [{"text": f"reply {i}"} for i in range(10)])
-    with tiny_tmpfs(tmp_path / "full") as traj:
+    with tiny_tmpfs(tmp_path / "full", size="512k") as traj:
         turn_log = TurnLog(traj)
         with gateway_over(ScriptedEngine(script, renderer), renderer, turn_log=turn_log,
                           ping_interval_s=0.1) as (url, gateway):
@@ -476,6 +477,8 @@ def test_disk_full_on_the_trajectory_dir(tmp_path):
 
             finish = httpx.post(url + "/v1/sessions/fin/finish", json={"reward": 1.0})
             assert finish.status_code == 507 and "trajectory dir" in json_error("anthropic", finish)["message"]
+            assert not gateway.store.get("fin").closed
+            assert not list((traj / "samples").glob("*.tmp"))  # no half-written parquet left taking room
 
             filler.unlink()
             r = post(url, "anthropic", "disk", text=long_text, history=history)
@@ -484,6 +487,12 @@ def test_disk_full_on_the_trajectory_dir(tmp_path):
             records = read_turn_log(log_path)
             assert [t.output_ids for t in records] == [t.output_ids for t in gateway.store.get("disk").turns]
             assert records[1].parent == 0  # it extends the first turn, as if nothing had happened
+            finish = httpx.post(url + "/v1/sessions/fin/finish", json={"reward": 1.0})
+            assert finish.status_code == 200, finish.text
+            assert [s["reward"] for s in finish.json()["samples"]] == [1.0]
+            assert gateway.store.get("fin").closed
+            assert len((traj / "samples.jsonl").read_text().splitlines()) == 1  # the failed try left no line
+            assert httpx.post(url + "/v1/sessions/fin/finish", json={"reward": 1.0}).status_code == 409
         recovered = {s.session_id: s for s in recover(traj)}
         assert recovered["disk"].metadata["turns"] == 2 and recovered["fin"].metadata["turns"] == 1
 

@@ -89,7 +89,8 @@ def test_qwen_code_rollout_is_graded(tmp_path):
              say("Fixed the Fahrenheit to Celsius factor.", "thermo-fahrenheit.0")]
     collected: dict[str, list] = {}
     with scripted_gateway(tmp_path, lines, qwen25_renderer()) as (url, gateway):
-        config = RolloutConfig(agent="qwen-code", samples_per_task=1, budget=120, model="served-model")
+        config = RolloutConfig(agent="qwen-code", samples_per_task=1, budget=120, model="served-model",
+                               keep_sessions=True)
         [result] = asyncio.run(run_all(tasks, config, url, on_result=lambda r, s: collected.update({r.session_id: s})))
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
 

@@ -111,7 +111,25 @@ def test_failed_rollouts_are_recorded_and_the_run_goes_on(tmp_path):
     assert len(seen) == 2
     boot = by_task["pager-last-page"]
     assert boot.abort_reason == "boot" and "cannot install" in boot.error and boot.reward is None
-    assert by_task["slugs-lowercase"].status == "completed" and by_task["slugs-lowercase"].reward == 0.0
+    assert by_task["slugs-lowercase"].status == "completed" and by_task["slugs-lowercase"].reward == 0.0, by_task["slugs-lowercase"].error
+
+
+def test_finished_sessions_leave_the_gateway_unless_kept(tmp_path):
+    """A finished rollout's session is deleted on the gateway once its samples are back (memory
+    stays flat over a long run); ``keep_sessions`` keeps it, closed, for inspection."""
+    renderer = qwen25_renderer()
+    tasks = load_tasks(tasks_file(tmp_path, ["slugs-lowercase"]))
+    lines = [say("Nothing to do.", "slugs-lowercase.0"), say("Still nothing.", "slugs-lowercase.0")]
+    got: list[list] = []
+    with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
+        [first] = asyncio.run(run_all(tasks, RolloutConfig(budget=60, model="m"), url,
+                                      on_result=lambda r, s: got.append(s)))
+        assert first.status == "completed" and first.samples == 1 and len(got[0]) == 1
+        assert "slugs-lowercase.0" not in gateway.store.sessions and gateway.store.open_count == 0
+        [second] = asyncio.run(run_all(tasks, RolloutConfig(budget=60, model="m", keep_sessions=True), url))
+        assert second.status == "completed" and second.samples == 1
+        kept = gateway.store.get("slugs-lowercase.0")
+        assert kept.closed and len(kept.turns) == 1 and gateway.store.open_count == 0
 
 
 def test_an_agent_that_never_calls_the_model_is_an_empty_trajectory(tmp_path):

@@ -32,7 +32,8 @@ def test_claude_code_rollouts_are_graded_with_the_tests_restored(tmp_path):
     ]
     collected: dict[str, list] = {}
     with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
-        config = RolloutConfig(agent="claude-code", samples_per_task=2, budget=240, model="claude-sonnet-4-5")
+        config = RolloutConfig(agent="claude-code", samples_per_task=2, budget=240, model="claude-sonnet-4-5",
+                               keep_sessions=True)
         results = asyncio.run(run_all(tasks, config, url, on_result=lambda r, s: collected.update({r.session_id: s})))
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
 

@@ -39,7 +39,8 @@ def test_codex_rollouts_pass_the_trajectory_invariants(tmp_path):
     ]
     collected: dict[str, list] = {}
     with scripted_gateway(tmp_path, lines, qwen25_renderer()) as (url, gateway):
-        config = RolloutConfig(agent="codex", samples_per_task=1, concurrency=2, budget=120, model="served-model")
+        config = RolloutConfig(agent="codex", samples_per_task=1, concurrency=2, budget=120, model="served-model",
+                               keep_sessions=True)
         results = asyncio.run(run_all(tasks, config, url, on_result=lambda r, s: collected.update({r.session_id: s})))
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
 

@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import typer
 
+from agent_code.engines import ENGINE_SPECS
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 _RAY_ADDRESS = re.compile(r"^(auto|local|ray://.+|[\w.\-]+:\d+)$")
@@ -29,7 +31,8 @@ _RAY_ADDRESS = re.compile(r"^(auto|local|ray://.+|[\w.\-]+:\d+)$")
 def rollout(
     tasks_file: str = typer.Argument(..., metavar="TASKS", help="Tasks JSONL file, or 'bundled' for the bundled set."),
     agent: str = typer.Option("agent-code", "--agent", help="CLI agent: agent-code, claude-code, codex, qwen-code."),
-    engine: str = typer.Option("llamacpp", "--engine", help="Engine spec for the in-process gateway."),
+    engine: str = typer.Option("llamacpp", "--engine", help="Engine spec for the in-process gateway: "
+                               + " | ".join(ENGINE_SPECS)),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer/chat template (default: the engine's)."),
     tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="Tool-call parser (default: detected)."),
     gateway_url: Optional[str] = typer.Option(None, "--gateway", help="Use this running gateway instead of starting one."),

@@ -10,13 +10,15 @@ from typing import Optional
 
 import typer
 
+from agent_code.engines import ENGINE_SPECS
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def serve(
     engine: str = typer.Option("llamacpp", "--engine",
-                               help="scripted:FILE | llamacpp[:MODEL.gguf] | sglang:URL | vllm:URL | hf:MODEL"),
+                               help=" | ".join(ENGINE_SPECS)),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer + chat template: a directory, a .gguf, or a hub id "
                                                  "(default: the embedded model's)."),

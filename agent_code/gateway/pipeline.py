@@ -170,10 +170,13 @@ class Gateway:
                        status: str | None = None) -> list[Any]:
         """Close the session and return its samples (also written under the trajectory dir).
         ``status`` (e.g. ``"aborted"`` for a rollout cut off at its budget) overrides every
-        sample's own status."""
+        sample's own status. The session closes only once its samples are written: if the write
+        fails (disk full) it stays open and finishing it again, once there is room, succeeds."""
         from agent_code.trajectory.samples import build_samples
 
-        session = self.store.close(session_id)
+        session = self.store.get(session_id)
+        if session.closed:
+            self.store.close(session_id)   # raises: already finished
         samples = build_samples(session.turns, reward=reward, rollout_id=rollout_id,
                                 reward_policy=self.reward_policy, metadata=metadata, decode=self.renderer.decode,
                                 status_override=status)
@@ -181,6 +184,7 @@ class Gateway:
             from agent_code.trajectory.store import write_samples
 
             write_samples(samples, self.turn_log.directory)
+        self.store.close(session_id)
         return samples
 
     def commit(self, session: Session, outcome: TurnOutcome, protocol: str, total_s: float) -> TurnRecord:

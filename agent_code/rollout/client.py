@@ -85,6 +85,10 @@ class GatewayClient:
                                  {k: v for k, v in body.items() if v is not None or k == "reward"})
         return [Sample.from_dict(s) for s in reply["samples"]]
 
+    async def delete(self, session_id: str) -> None:
+        """Forget a session on the gateway (its turns stay in the gateway's trajectory dir)."""
+        await self._call("DELETE", f"/v1/sessions/{session_id}")
+
     async def healthy(self) -> bool:
         try:
             return (await self._http.get("/healthz")).status_code == 200

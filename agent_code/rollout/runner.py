@@ -17,6 +17,7 @@ Nothing here is fatal to a run: a rollout that fails at any step is returned as 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
@@ -26,6 +27,8 @@ from agent_code.harness.base import AgentRun, Launch
 from agent_code.rollout.client import GatewayClient, GatewayClientError
 from agent_code.sandbox import create_sandbox
 from agent_code.trajectory.samples import Sample
+
+log = logging.getLogger("agent_code.rollout")
 
 ABORT_REASONS = ("boot", "launch", "budget", "agent_crash", "empty_trajectory", "grade_error", "gateway",
                  "interrupted")
@@ -46,6 +49,9 @@ class RolloutConfig:
     model: str = "agent-code-local"
     max_steps: int = 30               # for agents with a step cap (agent-code)
     max_turns: int | None = None      # the gateway refuses turns beyond this (429)
+    # a finished session is deleted on the gateway once its samples are back, so memory stays
+    # flat over thousands of rollouts (the turns stay in the trajectory dir); True keeps them
+    keep_sessions: bool = False
     sandbox_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,13 +180,21 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
         clock.lap("grade")
 
     samples = await _finish(client, result)
+    if samples is None:   # not finished: the session stays on the gateway, open, for a retry or recovery
+        samples = []
+    elif not config.keep_sessions:
+        try:
+            await client.delete(session_id)
+        except GatewayClientError as exc:   # the samples are back already: worth a warning, not a failure
+            log.warning("rollout %s: could not delete its gateway session: %s", rollout_id, exc)
     clock.lap("finish")
     result.timings["total"] = round(time.monotonic() - started, 4)
     return result, samples
 
 
-async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample]:
-    """Close the gateway session with the reward; the samples' token counts go in the result."""
+async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample] | None:
+    """Close the gateway session with the reward; the samples' token counts go in the result.
+    None: the gateway could not finish it (the reason is in the result)."""
     metadata = {"task_id": result.task_id, "sample": result.sample, "agent": result.agent,
                 "applied_cleanly": result.applied_cleanly, "abort_reason": result.abort_reason}
     status = "aborted" if result.abort_reason in ("budget", "agent_crash", "interrupted") else None
@@ -189,7 +203,7 @@ async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample]:
                                       rollout_id=result.rollout_id, status=status)
     except GatewayClientError as exc:
         result.abort("gateway", f"finishing the session failed: {exc}")
-        return []
+        return None
     turns: set[int] = set()
     for s in samples:
         turns.update(s.metadata.get("turn_indices", ()))

@@ -212,12 +212,15 @@ def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> li
     for s in samples:
         by_session.setdefault(s.session_id, []).append(s)
     tables = {sid: _table(group) for sid, group in by_session.items()}  # a sample that cannot convert: before any write
-    _append_lines(directory / SAMPLES_JSONL,
-                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
+    # parquet first: each file is replaced whole, so writing it again is harmless; the jsonl
+    # append comes last and is cut back if it fails. A write that fails (disk full) can
+    # therefore be retried without leaving a duplicate line behind.
     out_dir = directory / SAMPLES_DIR
     out_dir.mkdir(exist_ok=True)
     written = [_write_table(table, out_dir / (safe_name(sid) + ".parquet")) for sid, table in tables.items()]
     _fsync_dir(out_dir)
+    _append_lines(directory / SAMPLES_JSONL,
+                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
     return written
 
 
@@ -230,8 +233,12 @@ def _write_table(table: Any, path: Path) -> Path:
     import pyarrow.parquet as pq
 
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)   # a half-written temp file would only take up room
+        raise
     return path
 
 
