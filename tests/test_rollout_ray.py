@@ -55,3 +55,29 @@ def test_ray_rollouts_give_the_same_rewards(tmp_path):
     samples = read_samples(out / "samples.parquet")
     assert len(samples) == 3 and verify_samples(samples, TurnLog(out / "trajectories").sessions()) == []
     assert "invariants: OK (3 samples" in proc.stderr
+
+
+def test_node_gateways_guard_their_session_routes(tmp_path):
+    """A node's gateway (the Ray actor's body, built here without Ray) answers a session's key on
+    the model routes, but finishing, reading or opening sessions needs the run's admin token —
+    which only the rollout tasks hold, so an agent on the node cannot grade its own session."""
+    import httpx
+
+    from agent_code.rollout.client import ADMIN_HEADER
+    from agent_code.rollout.ray_runner import NodeGateway
+
+    script = write_script(tmp_path, [say("hello", "s")])
+    node = NodeGateway({"engine_spec": f"scripted:{script}", "model_name": "m"}, "run-token")
+    try:
+        with httpx.Client(base_url=node.url(), timeout=30) as c:
+            r = c.post("/v1/messages", headers={"x-api-key": "s"},
+                       json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text
+            assert c.post("/v1/sessions/s/finish", headers={"x-api-key": "s"}, json={"reward": 1}).status_code == 403
+            assert c.post("/v1/sessions/s/finish", json={"reward": 1}).status_code == 401
+            assert c.post("/v1/sessions", json={"session_id": "t"}).status_code == 401
+            assert not node.gateway.store.get("s").closed
+            r = c.post("/v1/sessions/s/finish", headers={ADMIN_HEADER: "run-token"}, json={"reward": 1})
+            assert r.status_code == 200 and r.json()["samples"][0]["reward"] == 1
+    finally:
+        node.close()

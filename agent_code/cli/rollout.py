@@ -141,7 +141,8 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
 
                 writer = RunWriter(out_dir)
                 options = dict(gateway_options, trajectory_dir=str((out_dir / "trajectories").resolve()))
-                await run_all_ray(tasks, config, options, address=ray_address, on_result=on_result)
+                await run_all_ray(tasks, config, options, address=ray_address, on_result=on_result,
+                                  admin_token=admin_token)
             else:
                 import secrets
 

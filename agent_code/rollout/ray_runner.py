@@ -7,12 +7,17 @@ the very function the local runner uses — then returns the result and samples 
 which writes them as they arrive. Engine specs and task repositories must be reachable at the
 same paths on every node (a shared filesystem, or files baked into the image).
 
+Every node's gateway requires an admin token for its session routes (the run's
+``--admin-token``, else one minted for the run), which only the rollout tasks hold: an agent on
+the node reaches the gateway's model routes, but cannot finish (grade), read or delete sessions.
+
 ``--ray`` alone starts (or joins) a local Ray instance; ``--ray ADDRESS`` joins a cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Any, Callable, Sequence
 
 from agent_code.rollout.runner import RolloutConfig, RolloutResult, rollout_ids
@@ -20,14 +25,15 @@ from agent_code.trajectory.samples import Sample
 
 
 class NodeGateway:
-    """A gateway on this node (a Ray actor): built from ``build_gateway`` options, served on loopback."""
+    """A gateway on this node (a Ray actor): built from ``build_gateway`` options, served on
+    loopback, its session routes behind ``admin_token``."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], admin_token: str | None = None) -> None:
         from agent_code.gateway.app import create_app
         from agent_code.gateway.server import BackgroundServer, build_gateway
 
         self.gateway = build_gateway(**options)
-        self.server = BackgroundServer(create_app(self.gateway))
+        self.server = BackgroundServer(create_app(self.gateway, admin_token=admin_token))
         self.server.__enter__()
 
     def url(self) -> str:
@@ -37,7 +43,8 @@ class NodeGateway:
         self.server.__exit__(None, None, None)
 
 
-def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, str]) -> tuple[dict, list[dict]]:
+def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, str],
+                     admin_token: str | None = None) -> tuple[dict, list[dict]]:
     """A Ray task: one rollout against the gateway of the node it landed on."""
     import ray
 
@@ -47,7 +54,7 @@ def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, s
     url = urls[ray.get_runtime_context().get_node_id()]
 
     async def go() -> tuple[RolloutResult, list[Sample]]:
-        async with GatewayClient(url) as client:
+        async with GatewayClient(url, admin_token=admin_token) as client:
             return await run_rollout(task, k, config, client)
 
     result, samples = asyncio.run(go())
@@ -62,10 +69,14 @@ def _result_from_row(row: dict[str, Any]) -> RolloutResult:
 
 async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_options: dict[str, Any], *,
                       address: str = "local", on_result: Callable[[RolloutResult, list[Sample]], None] | None = None,
-                      cpus_per_rollout: float = 1.0) -> list[RolloutResult]:
+                      cpus_per_rollout: float = 1.0, admin_token: str | None = None) -> list[RolloutResult]:
+    """Every (task, sample) as a Ray task, at most ``config.concurrency`` at a time, against a
+    gateway per node built from ``gateway_options``; ``admin_token`` (default: minted here)
+    guards the gateways' session routes."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    token = admin_token or secrets.token_urlsafe(24)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=None if address in ("local", "") else address, include_dashboard=False,
@@ -77,7 +88,7 @@ async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_optio
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
         actor_cls = ray.remote(num_cpus=0)(NodeGateway)
         actors = [actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-            gateway_options) for node in nodes]
+            gateway_options, token) for node in nodes]
         urls = dict(zip(nodes, await asyncio.gather(*(a.url.remote() for a in actors))))
         remote = ray.remote(num_cpus=cpus_per_rollout, max_retries=0)(_rollout_on_node)
         queue = [(task, k) for task in tasks for k in range(config.samples_per_task)]
@@ -85,7 +96,7 @@ async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_optio
         while queue or pending:
             while queue and len(pending) < limit:
                 task, k = queue.pop(0)
-                ref = remote.remote(task, k, config, urls)
+                ref = remote.remote(task, k, config, urls, token)
                 pending[asyncio.wrap_future(ref.future())] = (task, k)
             done, _ = await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
             for fut in done:
