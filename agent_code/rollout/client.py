@@ -16,6 +16,8 @@ import contextlib
 import contextvars
 from typing import Any, Iterator
 
+from urllib.parse import quote
+
 import httpx
 
 from agent_code.trajectory.samples import Sample
@@ -36,6 +38,11 @@ def admin_token_scope(token: str | None) -> Iterator[None]:
         yield
     finally:
         _scoped_admin_token.reset(reset)
+
+
+def _seg(session_id: str) -> str:
+    """A session id as one path segment (``/`` and all included)."""
+    return quote(session_id, safe="")
 
 
 class GatewayClientError(Exception):
@@ -76,18 +83,18 @@ class GatewayClient:
         return await self._call("POST", "/v1/sessions", body)
 
     async def turns(self, session_id: str) -> list[dict[str, Any]]:
-        return (await self._call("GET", f"/v1/sessions/{session_id}/turns"))["turns"]
+        return (await self._call("GET", f"/v1/sessions/{_seg(session_id)}/turns"))["turns"]
 
     async def finish(self, session_id: str, *, reward: float | None, metadata: dict[str, Any] | None = None,
                      rollout_id: str | None = None, status: str | None = None) -> list[Sample]:
         body = {"reward": reward, "metadata": metadata or {}, "rollout_id": rollout_id, "status": status}
-        reply = await self._call("POST", f"/v1/sessions/{session_id}/finish",
+        reply = await self._call("POST", f"/v1/sessions/{_seg(session_id)}/finish",
                                  {k: v for k, v in body.items() if v is not None or k == "reward"})
         return [Sample.from_dict(s) for s in reply["samples"]]
 
     async def delete(self, session_id: str) -> None:
         """Forget a session on the gateway (its turns stay in the gateway's trajectory dir)."""
-        await self._call("DELETE", f"/v1/sessions/{session_id}")
+        await self._call("DELETE", f"/v1/sessions/{_seg(session_id)}")
 
     async def healthy(self) -> bool:
         try:
