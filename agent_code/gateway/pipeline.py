@@ -174,9 +174,7 @@ class Gateway:
         fails (disk full) it stays open and finishing it again, once there is room, succeeds."""
         from agent_code.trajectory.samples import build_samples
 
-        session = self.store.get(session_id)
-        if session.closed:
-            self.store.close(session_id)   # raises: already finished
+        session = self.store.unfinished(session_id)
         samples = build_samples(session.turns, reward=reward, rollout_id=rollout_id,
                                 reward_policy=self.reward_policy, metadata=metadata, decode=self.renderer.decode,
                                 status_override=status)

@@ -32,9 +32,6 @@ SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int
 SAMPLING_FIELDS: dict[str, Any] = {"temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int,
                                    "max_new_tokens": int}
 FINISH_FIELDS = {"reward", "metadata", "rollout_id", "status"}
-# (what follows the id, method) → action; the guard's action names
-ACTIONS = {((), "GET"): "read", (("turns",), "GET"): "turns", (("finish",), "POST"): "finish",
-           ((), "DELETE"): "delete"}
 
 
 def check_sampling(sampling: dict[str, Any]) -> None:
@@ -59,6 +56,10 @@ def split_session_path(raw_path: str) -> tuple[str, tuple[str, ...]] | None:
 class SessionRoutes:
     def __init__(self, gateway: Gateway, guard: ManagementGuard, *, max_body_bytes: int) -> None:
         self.gateway, self.guard, self.max_body_bytes = gateway, guard, max_body_bytes
+        # (what follows the id, method) → (the guard's action, the handler)
+        self.routes: dict[tuple[tuple[str, ...], str], tuple[Any, Any]] = {
+            ((), "GET"): ("read", self.summary), (("turns",), "GET"): ("read", self.turns),
+            (("finish",), "POST"): ("finish", self.finish), ((), "DELETE"): ("delete", self.delete)}
 
     async def open(self, request: Request) -> Response:
         try:
@@ -91,31 +92,34 @@ class SessionRoutes:
             raw = request.scope.get("raw_path")
             path = raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
             try:
-                parts = split_session_path(path.split("?", 1)[0])
+                parts = split_session_path(path)
             except UnicodeDecodeError:
                 raise HttpError(400, "invalid_request_error", "the session id in the path is not UTF-8") from None
             if parts is None:
                 raise HttpError(404, "not_found_error", f"{request.method} {request.url.path}: Not Found")
             sid, rest = parts
-            action = ACTIONS.get((rest, request.method))
-            if action is None:
-                if any(rest == r for r, _ in ACTIONS):
+            route = self.routes.get((rest, request.method))
+            if route is None:
+                if any(rest == known for known, _ in self.routes):
                     raise HttpError(405, "invalid_request_error",
                                     f"{request.method} {request.url.path}: Method Not Allowed")
                 raise HttpError(404, "not_found_error", f"{request.method} {request.url.path}: Not Found")
-            self.guard.require(request, "read" if action == "turns" else action, sid)
-            store = self.gateway.store
-            if action == "read":
-                return JSONResponse(store.get(sid).summary())
-            if action == "turns":
-                session = store.get(sid)
-                return JSONResponse({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
-            if action == "delete":
-                session = store.drop(sid)
-                return JSONResponse({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
-            return await self.finish(request, sid)
+            action, handler = route
+            self.guard.require(request, action, sid)
+            return await handler(request, sid)
         except Exception as exc:
             return error_response(as_http_error(exc))
+
+    async def summary(self, request: Request, sid: str) -> Response:
+        return JSONResponse(self.gateway.store.get(sid).summary())
+
+    async def turns(self, request: Request, sid: str) -> Response:
+        session = self.gateway.store.get(sid)
+        return JSONResponse({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
+
+    async def delete(self, request: Request, sid: str) -> Response:
+        session = self.gateway.store.drop(sid)
+        return JSONResponse({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
 
     async def finish(self, request: Request, sid: str) -> Response:
         body = await read_json(request, self.max_body_bytes)

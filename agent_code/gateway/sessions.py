@@ -96,10 +96,15 @@ class SessionStore:
         except KeyError:
             raise SessionError(404, "not_found_error", f"no session '{session_id}'") from None
 
-    def close(self, session_id: str) -> Session:
+    def unfinished(self, session_id: str) -> Session:
+        """The session, if it is not finished yet (409 if it is)."""
         session = self.get(session_id)
         if session.closed:
             raise SessionError(409, "invalid_request_error", f"session '{session_id}' is already finished")
+        return session
+
+    def close(self, session_id: str) -> Session:
+        session = self.unfinished(session_id)
         session.closed = True
         self._open -= 1
         return session
