@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
@@ -70,6 +71,7 @@ class RolloutResult:
     applied_cleanly: bool | None = None
     tests_passed: list[str] = field(default_factory=list)
     tests_failed: list[str] = field(default_factory=list)
+    rejected_paths: list[str] = field(default_factory=list)   # changes the grader refused to apply
     diff_bytes: int = 0
     turns: int = 0
     samples: int = 0
@@ -98,8 +100,10 @@ class RolloutResult:
 
 
 def rollout_ids(task_id: str, k: int) -> tuple[str, str]:
-    """(rollout id, session id) of sample ``k`` of a task; the session id is the CLI's API key."""
-    return f"{task_id}/{k}", f"{task_id}.{k}"
+    """(rollout id, session id) of sample ``k`` of a task. The session id is the CLI's API key,
+    so it is unguessable: the task and sample (for people reading a trajectory dir) and 128
+    random bits, new for every rollout — no agent can name a sibling's session."""
+    return f"{task_id}/{k}", f"{task_id}.{k}.{secrets.token_urlsafe(16)}"
 
 
 class _Clock:
@@ -131,6 +135,7 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
         return result, samples
     clock.lap("open")
     run: AgentRun | None = None
+    inside_url: str | None = None
     box = create_sandbox(config.sandbox, **config.sandbox_options)
     try:
         try:
@@ -142,7 +147,12 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
             result.abort("boot", f"{type(exc).__name__}: {exc}")
         if result.abort_reason is None:
             harness = get_harness(config.agent)
-            launch = Launch(base_url=gateway_url or client.base_url, session_id=session_id, model=config.model,
+            try:   # the gateway as the agent reaches it from inside its sandbox (and nothing else)
+                inside_url = await box.expose_gateway(gateway_url or client.base_url)
+            except Exception as exc:
+                result.abort("launch", f"the gateway cannot be reached from the sandbox: {type(exc).__name__}: {exc}")
+        if result.abort_reason is None and inside_url is not None:
+            launch = Launch(base_url=inside_url, session_id=session_id, model=config.model,
                             prompt=task.problem_statement, workdir=box.workdir, home=box.home,
                             max_steps=config.max_steps)
             run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))

@@ -92,6 +92,12 @@ class Sandbox(Protocol):
 
     async def kill(self, job: Job) -> None: ...
 
+    async def expose_gateway(self, url: str) -> str:
+        """Make the gateway at ``url`` (as this machine reaches it) reachable from inside the
+        sandbox, and nothing else of this machine's network; returns the URL the agent uses
+        there. Raises :class:`SandboxError` when it cannot be done."""
+        ...
+
 
 def check_user(user: str) -> str:
     if user not in USERS:

@@ -372,3 +372,6 @@ class LocalSandbox:
             await asyncio.to_thread(shutil.copy2, source, target)
         if check_user(user) == "agent":
             await asyncio.to_thread(self._own_tree, target)
+
+    async def expose_gateway(self, url: str) -> str:  # TODO(issue 12): relay into the sandbox's own network
+        return url

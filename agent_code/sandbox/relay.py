@@ -1,0 +1,106 @@
+"""The host's end of the gateway relay: a Unix socket that leads to the gateway and nowhere else.
+
+A sandbox's agent runs in a network namespace of its own (local: ``unshare --net``; Docker:
+``--network none``) that has only a loopback interface, so it can reach no service of the host.
+The gateway is made reachable through two relays:
+
+* this one, on the host, in the orchestrator's event loop: a Unix socket (inside the sandbox's
+  directory, bind-mounted into the agent's view) whose every connection is forwarded to the
+  gateway's TCP address — that one address, whatever the client sends;
+* :mod:`agent_code.sandbox.relay_inside`, in the namespace: a TCP listener on the namespace's
+  own ``127.0.0.1:PORT`` forwarding to that socket.
+
+The agent keeps using the gateway URL it was given (same host, same port), and the relay
+carries bytes only: HTTP, SSE and keep-alives pass unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from agent_code.sandbox.base import SandboxError
+
+INSIDE_SCRIPT = Path(__file__).with_name("relay_inside.py")
+CHUNK = 65536
+
+
+def gateway_address(url: str) -> tuple[str, int]:
+    """(host, port) of a gateway URL, the default port of its scheme when none is given."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SandboxError(f"cannot relay to gateway URL {url!r}: expected http(s)://HOST[:PORT]")
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
+
+
+class GatewayRelay:
+    """A Unix socket at ``socket_path`` forwarding to the gateway at ``target_url``.
+
+    ``owner`` (uid, gid) and ``mode`` set who may connect (the sandbox's agent user)."""
+
+    def __init__(self, target_url: str, socket_path: str | os.PathLike, *, owner: tuple[int, int] | None = None,
+                 mode: int = 0o600) -> None:
+        self.host, self.port = gateway_address(target_url)
+        self.socket_path = Path(socket_path)
+        self.owner, self.mode = owner, mode
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> "GatewayRelay":
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
+        if self.owner is not None:
+            os.chown(self.socket_path, *self.owner)
+        os.chmod(self.socket_path, self.mode)
+        return self
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+            except OSError:
+                return
+            try:
+                await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            finally:
+                up_writer.close()
+        finally:
+            writer.close()
+            self._conns.discard(task)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._conns):
+                task.cancel()
+            await asyncio.gather(*self._conns, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    async def __aenter__(self) -> "GatewayRelay":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
