@@ -142,6 +142,17 @@ for dirpath, _, names in os.walk('{host}/.git'):
             print('LEAK-GIT', dirpath, name)
 print('GIT-FILES-READ', read)
 base = os.environ['ANTHROPIC_BASE_URL']
+def own_key():   # its own session id, the key it was given: in its agent process's environment
+    for pid in os.listdir('/proc'):
+        try:
+            for entry in open('/proc/' + pid + '/environ', 'rb').read().split(b'\0'):
+                if entry.startswith(b'ANTHROPIC_AUTH_TOKEN='):
+                    return entry.split(b'=', 1)[1].decode()
+        except (OSError, ValueError):
+            pass
+    return 'none'
+sid = os.environ.get('ANTHROPIC_AUTH_TOKEN') or own_key()
+print('KEY-FOUND', sid != 'none')
 def status(method, path, key=None, body=None):
     headers = {{'content-type': 'application/json'}}
     if key:
@@ -152,11 +163,11 @@ def status(method, path, key=None, body=None):
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
-print('GW-FINISH-OWN', status('POST', '/v1/sessions/{sid}/finish', '{sid}', {{'reward': 1.0}}))
-print('GW-FINISH-NOKEY', status('POST', '/v1/sessions/{sid}/finish', None, {{'reward': 1.0}}))
-print('GW-DELETE-OWN', status('DELETE', '/v1/sessions/{sid}', '{sid}'))
-print('GW-READ-OTHER', status('GET', '/v1/sessions/other-task.0/turns', '{sid}'))
-print('GW-OPEN', status('POST', '/v1/sessions', '{sid}', {{'session_id': 'evil'}}))
+print('GW-FINISH-OWN', status('POST', '/v1/sessions/' + sid + '/finish', sid, {{'reward': 1.0}}))
+print('GW-FINISH-NOKEY', status('POST', '/v1/sessions/' + sid + '/finish', None, {{'reward': 1.0}}))
+print('GW-DELETE-OWN', status('DELETE', '/v1/sessions/' + sid, sid))
+print('GW-READ-OTHER', status('GET', '/v1/sessions/other-task.0/turns', sid))
+print('GW-OPEN', status('POST', '/v1/sessions', sid, {{'session_id': 'evil'}}))
 PY
 for t in {targets}; do if (echo x > "$t") 2>/dev/null; then echo "WROTE $t"; else echo "DENIED $t"; fi; done
 echo PROBE-DONE
@@ -182,11 +193,11 @@ def test_a_rollout_agent_cannot_reach_hidden_tests_the_host_or_its_reward(tmp_pa
     targets = [f"{host}/pwned-{suffix}", f"{tasks_dir}/pwned-{suffix}", f"/tmp/pwned-{suffix}",
                f"/var/tmp/pwned-{suffix}", f"/dev/shm/pwned-{suffix}", f"/etc/pwned-{suffix}", f"/usr/pwned-{suffix}",
                f"/root/pwned-{suffix}", f"$HOME/../pwned-{suffix}"]
-    probe = PROBE.format(c1=c1, c2=c2, host=host, tasks=tasks, sid="sec-task.0",
-                         targets=" ".join(f'"{t}"' for t in targets))
+    probe = PROBE.format(c1=c1, c2=c2, host=host, tasks=tasks, targets=" ".join(f'"{t}"' for t in targets))
     assert canary not in probe
-    script = write_script(tmp_path, [call("bash", {"command": probe, "timeout": 120}, "sec-task.0"),
-                                     say("I looked around.", "sec-task.0")])
+    # one rollout: its session id is random, so the script's lines are shared ones, taken in order
+    script = write_script(tmp_path, [call("bash", {"command": probe, "timeout": 120}),
+                                     say("I looked around.")])
     witness = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", canary])  # canary on /proc
     out = tmp_path / "out"
     try:
@@ -203,13 +214,14 @@ def test_a_rollout_agent_cannot_reach_hidden_tests_the_host_or_its_reward(tmp_pa
     assert "PROBE-DONE" in output, log[-3000:]
     assert canary not in log and "LEAK-" not in output, output
     assert "UID=0 " not in output and "NAME=agent" in output                 # unprivileged, its own user
-    assert "VISIBLE: VISIBLE-CONTROL" in output                               # the host dir is reachable...
-    assert "TASKS-FILE: cat:" in output and "TASKS-DIR: \n" in output        # ...the tasks dir is empty
-    assert "GIT-DIR: \n" in output
-    assert "GIT-FILES-READ 0" in output                                       # ...and so is its .git
+    assert "VISIBLE: cat:" in output and "No such file" in output.split("VISIBLE:")[1].split("\n")[0]  # no host dir
+    assert "VISIBLE-CONTROL" not in output
+    assert "TASKS-FILE: cat:" in output and "TASKS-DIR: ls:" in output        # nor the tasks dir
+    assert "GIT-DIR: ls:" in output
+    assert "GIT-FILES-READ 0" in output                                       # ...nor its .git
     assert "WORKSPACE-TESTS: test_calc.py\n" in output                       # no hidden test in the workspace
     assert "ORCHESTRATOR=0" in output and "SELF=0" not in output, output      # /proc shows only its own tree
-    for probe_line in ("GW-FINISH-OWN 403", "GW-FINISH-NOKEY 401", "GW-DELETE-OWN 403", "GW-READ-OTHER 403",
+    for probe_line in ("KEY-FOUND True", "GW-FINISH-OWN 403", "GW-FINISH-NOKEY 401", "GW-DELETE-OWN 403", "GW-READ-OTHER 403",
                        "GW-OPEN 403"):
         assert probe_line in output, output
     for target in targets[:2] + targets[5:8]:
@@ -266,8 +278,6 @@ def test_an_agent_cannot_read_a_grading_sandbox(tmp_path, request, where):
     output = seen.stdout + seen.stderr
     assert "PROBE-DONE" in output and "OWN: mine" in output, output
     assert canary not in output and "LEAK" not in output and "def add" not in output, output
-    refusal = "No such file or directory" if where == "tmp" else "Permission denied"
-    assert output.count(refusal) >= 8, output       # 3 files + 5 directories, each refused
-    if where == "listable":
-        assert "LIST: 0" not in output              # it can see the sandboxes' names, not inside them
+    assert output.count("No such file or directory") >= 8, output   # 3 files + 5 directories: not there at all
+    assert "LIST: 1" in output                      # in its view, the base dir holds its own sandbox only
     assert verdict.reward == 1.0 and verdict.error is None

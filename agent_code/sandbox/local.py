@@ -7,25 +7,37 @@ Layout of one sandbox (all under one ``mkdtemp`` dir, removed on exit)::
     <root>/tmp         its ``TMPDIR``
     <root>/.root       ``HOME`` for commands run as ``root`` (set-up, grading)
 
-**Isolation** (``isolate="auto"``: on when running as root with ``unshare`` and ``setpriv``).
-Each command of the ``agent`` user runs in fresh PID and mount namespaces as a uid of its own
-(unique per sandbox, with a private ``/etc/passwd`` entry), with ``prlimit --nproc`` capping its
-processes. The PID namespace is what makes clean-up certain: when a command's first process
-ends or is killed, the kernel kills everything else in the namespace, daemons included.
-The mount namespace hides what the agent must not see (``hide=[...]``, e.g. the tasks file
-with hidden tests) behind an empty tmpfs, and makes host paths the agent needs reachable
-(``provide(path)``: an interpreter under ``/root``, say), without touching the host's
-permissions. ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are private to each command (an empty
-world-writable tmpfs, gone when the command ends; the sandbox itself stays in place), so the
-agent writes nothing on the host outside its workspace, home and ``TMPDIR``, and sees nothing
-another sandbox left there. A sandbox's directories are closed to other users (``workspace``,
-``home`` and ``tmp`` belong to its agent uid, mode 0700), so an agent cannot read another
-sandbox's workspace — a grading one holding hidden tests included — even where it can reach it.
-The network is shared: the agent reaches the gateway on loopback.
+**Isolation** (``isolate="auto"``: on when running as root with util-linux's ``unshare``).
+Each command of the ``agent`` user runs in fresh PID, mount and network namespaces, entered
+through :mod:`agent_code.sandbox.local_enter`, which in one process:
+
+* builds a **root of its own** on a tmpfs and makes it the namespace's root (``pivot_root``,
+  the host's tree detached): read-only ``/usr`` (and the merged-usr links), a minimal read-only ``/etc``
+  (:data:`ETC_ENTRIES` from the host, and the sandbox's own ``passwd``, ``group`` and ``hosts``),
+  a minimal ``/dev``, the namespace's own ``/proc``, empty private ``/tmp``, ``/var/tmp``,
+  ``/dev/shm`` and ``/run``, whatever :meth:`provide` was given (read-only: an interpreter under
+  ``/root``, a CLI agent's package), and the sandbox's ``workspace``, ``home`` and ``tmp``
+  (read-write) — everything at its host path. Nothing else of the host exists there. A path
+  in ``hide=[...]`` (e.g. the tasks file with hidden tests) that lies inside a provided one is
+  covered by an empty read-only directory; a provided path inside a hidden one comes back.
+* gives it a **network namespace with loopback only**: after :meth:`expose_gateway`, a relay
+  listens on the gateway's port on that loopback and leads, through a Unix socket, to the
+  gateway and nowhere else (:mod:`agent_code.sandbox.relay`, :mod:`agent_code.sandbox.relay_inside`).
+* drops to a **uid of its own** (unique per sandbox, named ``agent`` in its ``passwd``): no
+  capabilities, no groups, ``no_new_privs``, ``RLIMIT_NPROC``, and a seccomp filter that refuses
+  new user namespaces.
+
+What the agent can write is the sandbox's workspace, home and TMPDIR (removed with the sandbox)
+and the per-command tmpfs dirs (gone with the command): nothing the host or another sandbox
+reads. The PID namespace makes clean-up certain: when a command's first process ends or is
+killed, the kernel kills everything else in the namespace, daemons included. Commands of
+``root`` (set-up, grading preparation) run on the host as they are, unconfined.
 
 Without isolation (not root, or ``isolate=False``) commands run as the current user, each in
 its own process group, killed as a group at its timeout; on exit every process still carrying
-this sandbox's ``AGENT_CODE_SANDBOX`` marker in its environment is killed too.
+this sandbox's ``AGENT_CODE_SANDBOX`` marker in its environment is killed too. **Nothing of the
+above holds then**: the agent reads and writes whatever the current user may, and reaches every
+service of this machine's network; :meth:`expose_gateway` returns the URL unchanged.
 
 Every command gets a minimal environment: ``PATH`` (the directory of the interpreter running
 agent-code — so a task's ``python -m pytest`` finds this environment's packages — then the
@@ -36,7 +48,11 @@ system dirs, after what the caller adds),
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import ipaddress
 import itertools
+import json
+import marshal
 import os
 import secrets
 import shlex
@@ -48,13 +64,24 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, check_user
+from agent_code.sandbox.relay import GatewayRelay, gateway_address
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MARKER = "AGENT_CODE_SANDBOX"
-PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable host dirs: a tmpfs of its own per command
 PRIVATE_TMP_SIZE = "1g"
+ENTER_SCRIPT = Path(__file__).with_name("local_enter.py")
+# the toolchain every agent root holds, read-only (symlinks stay symlinks)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# what programs read from /etc: the dynamic linker, name service, time zone, certificates,
+# alternatives (awk, editor, ...), MIME and magic data — no credentials, no host configuration
+ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "gai.conf", "localtime",
+               "timezone", "alternatives", "ssl/certs", "ssl/openssl.cnf", "ca-certificates.conf", "mime.types",
+               "magic", "magic.mime", "protocols", "services", "ethertypes", "rpc", "os-release", "debian_version",
+               "lsb-release", "issue", "inputrc", "bash.bashrc", "profile", "shells", "locale.alias", "locale.conf",
+               "mtab", "terminfo", "environment")
 _uids = itertools.count()
 
 
@@ -64,28 +91,20 @@ def _pick_uid() -> int:
 
 
 def isolation_available() -> bool:
-    return os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "setpriv", "prlimit"))
-
-
-def _traversable_by_others(path: Path) -> bool:
-    try:
-        return bool(os.stat(path).st_mode & stat.S_IXOTH)
-    except OSError:
-        return False
-
-
-def _hidden_ancestor(path: Path) -> Path | None:
-    """The topmost ancestor of ``path`` that another user cannot traverse (None: all can)."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and not _traversable_by_others(parent):
-            return parent
-    return None
+    return os.geteuid() == 0 and shutil.which("unshare") is not None and sys.platform == "linux"
 
 
 def _outermost(paths: Sequence[Path]) -> list[Path]:
     """``paths`` without those inside another of them, shallowest first."""
     ordered = sorted(set(paths), key=lambda p: len(p.parts))
     return [p for i, p in enumerate(ordered) if not any(h in p.parents for h in ordered[:i])]
+
+
+def _is_ipv4_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 4 and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def kill_marked(sandbox_id: str) -> int:
@@ -113,11 +132,10 @@ class LocalSandbox:
         if isolate == "auto":
             isolate = isolation_available()
         elif isolate and not isolation_available():
-            raise SandboxError("isolation needs root and util-linux's `unshare`, `setpriv` and `prlimit`")
+            raise SandboxError("isolation needs root, Linux and util-linux's `unshare`")
         self.isolated = bool(isolate)
         self.hide = _outermost([Path(p).resolve() for p in hide])
-        self.private_tmp = _outermost([Path(p).resolve() for p in PRIVATE_TMP_DIRS if Path(p).is_dir()]
-                                      if private_tmp and self.isolated else [])
+        self.private_tmp = private_tmp  # kept for callers; isolated commands always get private tmp dirs
         self.max_procs = max_procs
         # the interpreter running agent-code comes first on PATH: tasks' `python -m pytest`
         # set-up and grading commands use this environment (pass tool_paths=[] for none)
@@ -130,6 +148,9 @@ class LocalSandbox:
         self.root = Path()
         self.workdir = self.home = ""
         self._procs: set[asyncio.subprocess.Process] = set()
+        self._relay: GatewayRelay | None = None
+        self._gateway: dict[str, Any] | None = None   # the in-namespace end: host, port, socket
+        self._specs: dict[str, str] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -145,8 +166,6 @@ class LocalSandbox:
         self.workdir, self.home = str(self.root / "workspace"), str(self.root / "home")
         if self.isolated:
             self._write_identity()
-            if _hidden_ancestor(self.root) is not None:  # e.g. TMPDIR under a 0700 dir: mount it in
-                self.provide(self.root)
             if self.tool_paths:  # the interpreter on PATH must be usable by the agent user too
                 for path in {sys.prefix, sys.base_prefix, *self.tool_paths}:
                     self.provide(path)
@@ -156,6 +175,9 @@ class LocalSandbox:
         await self.close()
 
     async def close(self) -> None:
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.stop()
         self.terminate()  # everything that matters happens before the first await: a second
         for proc in list(self._procs):  # cancellation (Ctrl-C twice) cannot leave a mess behind
             try:
@@ -167,6 +189,9 @@ class LocalSandbox:
 
     def terminate(self) -> None:
         """Kill every process of the sandbox and remove its directory, synchronously."""
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
         for proc in list(self._procs):
             self._kill_group(proc)
         kill_marked(self.id)
@@ -174,12 +199,17 @@ class LocalSandbox:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def _write_identity(self) -> None:
-        """A passwd/group pair naming the sandbox uid ``agent``, bind-mounted in its namespace."""
-        for name, line in (("passwd", f"agent:x:{self.uid}:{self.gid}:agent:{self.root / 'home'}:/bin/sh\n"),
-                           ("group", f"agent:x:{self.gid}:\n")):
-            host = Path("/etc") / name
-            text = host.read_text() if host.exists() else ""
-            (self.root / ".mnt" / name).write_text(text + ("" if text.endswith("\n") or not text else "\n") + line)
+        """The agent's ``/etc/passwd``, ``group`` and ``hosts``: its own uid named ``agent``, root
+        and nobody, and ``localhost`` as 127.0.0.1 only (where the gateway relay listens)."""
+        home = self.root / "home"
+        files = {"passwd": ("root:x:0:0:root:/root:/bin/sh\n"
+                            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+                            f"agent:x:{self.uid}:{self.gid}:agent:{home}:/bin/sh\n"),
+                 "group": f"root:x:0:\nnogroup:x:65534:\nagent:x:{self.gid}:\n",
+                 "hosts": "127.0.0.1\tlocalhost\n"}
+        for name, text in files.items():
+            (self.root / ".mnt" / name).write_text(text)
+            os.chmod(self.root / ".mnt" / name, 0o644)
 
     def _own(self, path: Path) -> None:
         if self.isolated:
@@ -204,66 +234,38 @@ class LocalSandbox:
             self.exposed.append(path)
         return str(path)
 
-    def _mount_script(self) -> str:
-        """Shell run as root inside the new mount namespace, before dropping to the agent uid.
+    def _spec(self) -> dict[str, Any]:
+        """What :mod:`agent_code.sandbox.local_enter` builds for an agent command."""
+        mnt = self.root / ".mnt"
+        own = [str(self.root / name) for name in ("workspace", "home", "tmp")]
+        return {"mountpoint": str(mnt / "root"), "uid": self.uid, "gid": self.gid, "nproc": int(self.max_procs),
+                "system": list(SYSTEM_DIRS), "etc": list(ETC_ENTRIES),
+                "etc_files": {name: str(mnt / name) for name in ("passwd", "group", "hosts")},
+                "ro": [str(p) for p in self.exposed if str(p) not in own], "rw": own,
+                "hide": [str(h) for h in self.hide], "tmpfs_size": PRIVATE_TMP_SIZE, "relay": self._gateway,
+                "seccomp": True}
 
-        Every path to keep is first bind-mounted aside (into a scratch tmpfs on ``/mnt``), then
-        the hidden directories get an empty tmpfs each, then the kept paths are moved back into
-        place — so the agent sees them and nothing else of what is hidden."""
-        q = shlex.quote
-        identity = self.root / ".mnt"
-        lines = ["set -e", f"mount --bind {q(str(identity / 'passwd'))} /etc/passwd",
-                 f"mount --bind {q(str(identity / 'group'))} /etc/group"]
-        covered = [*self.hide, *self.private_tmp]  # what gets an empty tmpfs (kept paths go back in)
-        overlays: dict[Path, list[Path]] = {h: [] for h in covered}
-        for path in self.exposed:
-            holder = next((h for h in covered if h == path or h in path.parents), None) or _hidden_ancestor(path)
-            if holder is not None:
-                overlays.setdefault(holder, []).append(path)
-        hidden_dirs, files, moves = [], [], []
-        for hidden in sorted(overlays, key=lambda p: len(p.parts)):
-            if not hidden.exists() or hidden == self.root:
-                continue
-            keep = overlays[hidden]
-            if hidden in self.root.parents and self.root not in keep:
-                keep.append(self.root)  # hiding around the sandbox: the sandbox itself stays
-            if not hidden.is_dir():
-                files.append(hidden)
-                continue
-            hidden_dirs.append(hidden)
-            moves += [path for path in keep if path.exists() and path not in moves]
-        if moves:
-            lines.append("mount -t tmpfs -o mode=0700,size=1m agent-code-scratch /mnt")
-        for k, path in enumerate(moves):
-            lines += [f"{'mkdir -p' if path.is_dir() else 'touch'} /mnt/{k}", f"mount --rbind {q(str(path))} /mnt/{k}"]
-        lines += [f"mount --bind /dev/null {q(str(f))}" for f in files]
-        # outermost hidden dirs first; one inside another is already hidden, unless it lies in a
-        # kept path — then it is hidden again once that path is back in place
-        top = [h for h in hidden_dirs if not any(o in h.parents for o in hidden_dirs)]
-        inner = [h for h in hidden_dirs if h not in top and any(k == h or k in h.parents for k in moves)]
+    def _spec_file(self) -> str:
+        """The spec as a root-only file named by its content (written once per change)."""
+        spec = self._spec()
+        text = json.dumps(spec, sort_keys=True)
+        path = self._specs.get(text)
+        if path is None:
+            mnt = self.root / ".mnt"
+            (mnt / "root").mkdir(exist_ok=True)
+            target = mnt / f"spec-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(marshal.dumps(spec))
+            tmp.replace(target)
+            path = self._specs[text] = str(target)
+        return path
 
-        def empty(h: Path) -> str:
-            if h in self.private_tmp:
-                return f"mount -t tmpfs -o mode=1777,size={PRIVATE_TMP_SIZE} agent-code-tmp {q(str(h))}"
-            return f"mount -t tmpfs -o mode=0755,size=1m agent-code-hidden {q(str(h))}"
-
-        lines += [empty(h) for h in top]
-        for k, path in enumerate(moves):
-            if path.is_dir():
-                lines.append(f"mkdir -p {q(str(path))}")
-            else:
-                lines += [f"mkdir -p {q(str(path.parent))}", f"touch {q(str(path))}"]
-            lines.append(f"mount --move /mnt/{k} {q(str(path))}")
-        lines += [empty(h) for h in inner]
-        return "\n".join(lines)
-
-    def _argv(self, command: str, user: str) -> list[str]:
+    def _argv(self, command: str, user: str, cwd: str | None = None) -> list[str]:
         if user == "root" or not self.isolated:
             return ["/bin/sh", "-c", command]
-        drop = shlex.join(["prlimit", f"--nproc={int(self.max_procs)}", "--", "setpriv", f"--reuid={self.uid}",
-                           f"--regid={self.gid}", "--clear-groups", "--no-new-privs", "--", "/bin/sh", "-c", command])
-        return ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-                "--mount-proc", "--", "/bin/sh", "-c", self._mount_script() + "\nexec " + drop]
+        return ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--net", "--",
+                sys.executable, "-I", "-S", str(ENTER_SCRIPT), self._spec_file(), cwd or self.workdir, "--",
+                "/bin/sh", "-c", command]
 
     def environment(self, user: str, env: Mapping[str, str] | None) -> dict[str, str]:
         home = self.home if user == "agent" else str(self.root / ".root")
@@ -283,8 +285,10 @@ class LocalSandbox:
         if self.root == Path():
             raise SandboxError("the sandbox is not open (use `async with`)")
         try:
+            confined = user == "agent" and self.isolated   # enters its own root, then its cwd
             proc = await asyncio.create_subprocess_exec(
-                *self._argv(as_shell(cmd), user), cwd=cwd or self.workdir, env=self.environment(user, env),
+                *self._argv(as_shell(cmd), user, cwd), cwd=str(self.root) if confined else cwd or self.workdir,
+                env=self.environment(user, env),
                 stdin=asyncio.subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
         except OSError as exc:
             raise SandboxError(f"cannot start a command in the sandbox: {exc}") from exc
@@ -373,5 +377,33 @@ class LocalSandbox:
         if check_user(user) == "agent":
             await asyncio.to_thread(self._own_tree, target)
 
-    async def expose_gateway(self, url: str) -> str:  # TODO(issue 12): relay into the sandbox's own network
-        return url
+    async def expose_gateway(self, url: str) -> str:
+        """Relay the gateway at ``url`` into the agent's network namespace; returns the URL the
+        agent uses there: the same one when its host is ``localhost`` or an IPv4 loopback
+        address, else ``http(s)://127.0.0.1:PORT/...`` (the agent's namespace has nothing but
+        loopback). Later agent commands find the relay listening on that address; it connects
+        to ``url``'s host and port only. Without isolation, ``url`` as it is."""
+        host, port = gateway_address(url)
+        if not self.isolated:
+            return url
+        if self.root == Path():
+            raise SandboxError("the sandbox is not open (use `async with`)")
+        if self._relay is not None:
+            self._relay.stop()
+        relay_dir = self.root / ".relay"
+        relay_dir.mkdir(mode=0o700, exist_ok=True)
+        self._own(relay_dir)
+        socket_path = relay_dir / "gateway.sock"
+        try:
+            self._relay = await GatewayRelay(url, socket_path, owner=(self.uid, self.gid)).start()
+        except OSError as exc:
+            raise SandboxError(f"cannot start the gateway relay: {exc}") from exc
+        inside_host = host if _is_ipv4_loopback(host) else "127.0.0.1"
+        self._gateway = {"host": inside_host, "port": port, "socket": str(socket_path)}
+        if host == "localhost" or inside_host == host:
+            return url
+        parts = urlsplit(url)
+        netloc = f"127.0.0.1:{port}" if parts.port else "127.0.0.1"
+        if parts.username or parts.password:
+            netloc = parts.netloc.rpartition("@")[0] + "@" + netloc
+        return urlunsplit(parts._replace(netloc=netloc))

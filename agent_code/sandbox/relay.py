@@ -26,6 +26,7 @@ from agent_code.sandbox.base import SandboxError
 
 INSIDE_SCRIPT = Path(__file__).with_name("relay_inside.py")
 CHUNK = 65536
+CONNECT_TIMEOUT = 10.0
 
 
 def gateway_address(url: str) -> tuple[str, int]:
@@ -36,15 +37,17 @@ def gateway_address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """Copy until EOF (passed on as a half-close): True; False when either side failed."""
     try:
         while data := await reader.read(CHUNK):
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
+        return True
     except (ConnectionError, OSError):
-        pass
+        return False
 
 
 class GatewayRelay:
@@ -61,30 +64,53 @@ class GatewayRelay:
         self._conns: set[asyncio.Task[None]] = set()
 
     async def start(self) -> "GatewayRelay":
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
+        # the socket's mode is set only after it exists: its directory (0700, created here when
+        # missing) is what keeps others out in between
         self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
         if self.owner is not None:
             os.chown(self.socket_path, *self.owner)
         os.chmod(self.socket_path, self.mode)
         return self
 
+    def stop(self) -> None:
+        """Stop accepting, synchronously (for a clean-up that cannot await): the socket goes."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._conns):
+            task.cancel()
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
+        up_writer: asyncio.StreamWriter | None = None
         try:
-            try:
-                up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-            except OSError:
+            try:   # always the gateway's address, whatever the client sends (CONNECT, Host: ...)
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                                              CONNECT_TIMEOUT)
+            except (OSError, asyncio.TimeoutError):
                 return
+            down = asyncio.ensure_future(_copy(up_reader, writer))
+            up = asyncio.ensure_future(_copy(reader, up_writer))
             try:
-                await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+                pending: set[asyncio.Future[bool]] = {up, down}
+                while pending:   # both ways to their ends; a failure on either side ends both
+                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if not all(f.result() for f in finished):
+                        break
             finally:
-                up_writer.close()
+                for f in (up, down):
+                    f.cancel()
+                await asyncio.gather(up, down, return_exceptions=True)
         finally:
-            writer.close()
+            for w in (up_writer, writer):
+                if w is not None:
+                    w.close()
             self._conns.discard(task)
 
     async def close(self) -> None:

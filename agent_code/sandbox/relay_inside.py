@@ -6,7 +6,10 @@ included). Run as root inside a fresh network namespace::
 
     python3 relay_inside.py --listen 127.0.0.1:8000 --socket /run/agent-code/gateway.sock --lo-up
 
-``--lo-up`` brings the namespace's loopback interface up (a new namespace starts with it down).
+``--lo-up`` brings the namespace's loopback interface up (a new namespace starts with it down);
+alone (no ``--listen``) it does only that. ``listen`` and ``serve`` are the same steps for a
+caller that imports this file (the local sandbox's launcher binds, then forks and drops
+privileges itself).
 The command returns once the listener is bound (exit 0; non-zero with the reason on stderr
 otherwise), leaving a daemon behind that serves until its namespace (or container) goes away.
 The agent then reaches its gateway at the usual ``http://127.0.0.1:8000`` and nothing else:
@@ -15,14 +18,13 @@ the namespace has no other interface, and the host's end connects only to the ga
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
-import select
 import socket
 import struct
 import sys
 import threading
+import time
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -36,37 +38,49 @@ def loopback_up() -> None:
             fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
-def _pump(a: socket.socket, b: socket.socket) -> None:
-    """Copy bytes both ways until both sides have closed (half-closes passed on)."""
-    open_ends = {a: b, b: a}
+def _one_way(src: socket.socket, dst: socket.socket, done: threading.Semaphore) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends, then pass the half-close on."""
     try:
-        while open_ends:
-            readable, _, _ = select.select(list(open_ends), [], [], 3600)
-            if not readable:
-                return
-            for src in readable:
-                dst = open_ends[src]
-                data = src.recv(65536)
-                if data:
-                    dst.sendall(data)
-                    continue
-                del open_ends[src]
-                try:
-                    dst.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
+        while data := src.recv(65536):
+            dst.sendall(data)
     except OSError:
         pass
-    finally:
-        a.close()
-        b.close()
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    done.release()
 
 
-def _serve(listener: socket.socket, socket_path: str) -> None:
+def _pump(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways, one thread per direction (a slow reader on one side never stalls
+    the other), until both sides have closed; then close both."""
+    done = threading.Semaphore(0)
+    threading.Thread(target=_one_way, args=(b, a, done), daemon=True).start()
+    _one_way(a, b, done)
+    done.acquire()
+    done.acquire()
+    a.close()
+    b.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4, or IPv6 when ``host`` holds a colon)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(128)
+    return listener
+
+
+def serve(listener: socket.socket, socket_path: str) -> None:
+    """Forward every connection to ``listener`` to the Unix socket ``socket_path``, forever."""
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:
+            time.sleep(0.1)   # e.g. out of file descriptors: wait, do not spin
             continue
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -78,26 +92,32 @@ def _serve(listener: socket.socket, socket_path: str) -> None:
         threading.Thread(target=_pump, args=(conn, upstream), daemon=True).start()
 
 
+_serve = serve  # the name earlier callers used
+
+
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: the local sandbox's launcher loads this file on every command
+
     parser = argparse.ArgumentParser(prog="relay_inside.py")
-    parser.add_argument("--listen", required=True, help="HOST:PORT on the sandbox's loopback")
-    parser.add_argument("--socket", required=True, help="the host end's Unix socket")
+    parser.add_argument("--listen", help="HOST:PORT on the sandbox's loopback")
+    parser.add_argument("--socket", help="the host end's Unix socket")
     parser.add_argument("--lo-up", action="store_true", help="bring the loopback interface up first")
     parser.add_argument("--foreground", action="store_true", help="serve here instead of as a daemon")
     args = parser.parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
+    if bool(args.listen) != bool(args.socket) or not (args.listen or args.lo_up):
+        parser.error("give --listen and --socket together (or only --lo-up)")
     try:
         if args.lo_up:
             loopback_up()
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host or "127.0.0.1", int(port)))
-        listener.listen(128)
+        if not args.listen:
+            return 0
+        host, _, port = args.listen.rpartition(":")
+        listener = listen(host.strip("[]") or "127.0.0.1", int(port))
     except (OSError, ValueError) as exc:
         print(f"relay_inside: cannot listen on {args.listen}: {exc}", file=sys.stderr)
         return 1
     if args.foreground:
-        _serve(listener, args.socket)
+        serve(listener, args.socket)
         return 0
     if os.fork():
         return 0  # the listener is bound: the caller may start the agent now
@@ -105,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    _serve(listener, args.socket)
+    serve(listener, args.socket)
     return 0
 
 
