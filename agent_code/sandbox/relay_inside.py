@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         host, _, port = args.listen.rpartition(":")
         listener = listen(host.strip("[]") or "127.0.0.1", int(port))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError) as exc:
         print(f"relay_inside: cannot listen on {args.listen}: {exc}", file=sys.stderr)
         return 1
     if args.foreground:
