@@ -629,3 +629,21 @@ def test_relay_inside_cli_listens_and_forwards(tmp_path):
 
         out = run(go())
     assert "GATEWAY /v1/x" in out and "cannot listen on 127.0.0.1:99999" in out and "rc=1" in out, out
+
+
+def test_the_gateway_relay_works_from_a_sandbox_deep_in_the_tree(tmp_path):
+    """A TMPDIR so deep that the relay's socket path is longer than a Unix socket address."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    with _Server("127.0.0.1", "GATEWAY") as gateway:
+
+        async def go():
+            async with LocalSandbox(base_dir=str(deep)) as box:
+                inside = await box.expose_gateway(gateway.url)
+                sock = box.root / ".relay" / "gateway.sock"
+                seen = await box.exec(["curl", "-s", "--max-time", "5", inside + "/v1/deep"], user="agent", timeout=60)
+                return sock, seen
+
+        sock, seen = run(go())
+    assert len(str(sock)) > 108
+    assert seen.stdout == "GATEWAY /v1/deep", seen.output()

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -281,3 +282,112 @@ def test_an_agent_cannot_read_a_grading_sandbox(tmp_path, request, where):
     assert output.count("No such file or directory") >= 8, output   # 3 files + 5 directories: not there at all
     assert "LIST: 1" in output                      # in its view, the base dir holds its own sandbox only
     assert verdict.reward == 1.0 and verdict.error is None
+
+
+# --- a real rollout whose agent tries the network and the host, then fixes the bug -------------------
+
+NET_AND_HOST_PROBE = r"""
+A='{a}'; B='{b}'; N='{n1}'; N="$N{n2}.txt"
+for url in {urls}; do
+  echo "CURL $url $(curl -s --max-time 3 "$url" 2>&1; echo rc=$?)"
+done
+for d in {dirs}; do cat "$d/$N" 2>/dev/null | grep -q "$A$B" && echo "CANARY-HIT $d"; done
+find / \( -path /proc -o -path /sys \) -prune -o -name "$N" -print 2>/dev/null | sed 's/^/CANARY-FOUND /'
+python3 - <<'PY'
+import os, urllib.request
+for url in {urls_py}:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            print('URLLIB-OK', url, r.read()[:40])
+    except Exception as e:
+        print('URLLIB-ERR', url, type(e).__name__)
+PY
+echo PROBE-DONE
+"""
+
+
+def test_a_real_rollout_reaches_only_its_gateway_and_still_earns_its_reward(tmp_path):
+    """``agent-code rollout`` (in-process gateway, scripted engine, agent-code in the local sandbox):
+    the agent's bash step tries a loopback HTTP server of the test (127.0.0.1 and ::1, curl and
+    urllib) and canary files on the host, then makes the honest fix: reward 1, nothing reached."""
+    import http.server
+    import threading
+
+    from rollout_fixtures import THERMO_FIX, tasks_file
+
+    qwen25_renderer()
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"HOST-SERVICE")
+
+        def log_message(self, *args):
+            pass
+
+    servers = []
+    for host, family in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
+        cls = type("S", (http.server.ThreadingHTTPServer,), {"address_family": family})
+        server = cls((host, 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    urls = [f"http://127.0.0.1:{servers[0].server_address[1]}/a", f"http://[::1]:{servers[1].server_address[1]}/b",
+            f"http://localhost:{servers[0].server_address[1]}/c"]
+    a, b = f"CANARY-{uuid.uuid4().hex[:8]}", f"-{uuid.uuid4().hex[:8]}"
+    n1, n2 = f"canary-{uuid.uuid4().hex[:8]}", f"-{uuid.uuid4().hex[:8]}"
+    repo = Path(__file__).resolve().parents[1]
+    dirs = [Path("/root"), Path("/srv"), Path("/opt"), Path("/var/tmp"), Path("/tmp"), tmp_path, repo]
+    placed = []
+    for d in dirs:
+        target = d / f"{n1}{n2}.txt"
+        target.write_text(a + b + "\n")
+        os.chmod(target, 0o644)
+        placed.append(target)
+    tasks = tasks_file(tmp_path, ["thermo-fahrenheit"])
+    probe = NET_AND_HOST_PROBE.format(a=a, b=b, n1=n1, n2=n2, urls=" ".join(urls), urls_py=repr(urls),
+                                      dirs=" ".join(str(d) for d in dirs))
+    script = write_script(tmp_path, [call("bash", {"command": probe, "timeout": 120}),
+                                     call("read_file", {"path": "thermo.py"}), call("edit_file", THERMO_FIX),
+                                     say("Fixed the factor.")])
+    out = tmp_path / "out"
+    try:
+        proc = run_cli("rollout", str(tasks), "--engine", f"scripted:{script}", "--out", str(out), "--budget", "180",
+                       timeout=300)
+    finally:
+        for p in placed:
+            p.unlink(missing_ok=True)
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = next((out / "rollouts").glob("thermo*.log")).read_text()
+    (result,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    text = next((t for t in _strings_of_log(log) if "PROBE-DONE" in t and "echo PROBE-DONE" not in t), "")
+    assert "PROBE-DONE" in text, log[-3000:]
+    assert hits == [], hits                                          # no request reached the host's servers
+    assert "CANARY-HIT" not in text and "CANARY-FOUND" not in text and a + b not in log, text
+    assert "URLLIB-OK" not in text and text.count("URLLIB-ERR") == 3, text
+    assert text.count("CURL ") == 3 and "HOST-SERVICE" not in text, text
+    assert "rc=0" not in text, text
+    assert result["reward"] == 1.0 and result["abort_reason"] is None, json.dumps(result)   # the gateway was reachable
+
+
+def _strings_of_log(log: str):
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    for line in log.splitlines():
+        try:
+            yield from strings(json.loads(line))
+        except json.JSONDecodeError:
+            continue

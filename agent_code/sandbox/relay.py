@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from agent_code.sandbox.base import SandboxError
 INSIDE_SCRIPT = Path(__file__).with_name("relay_inside.py")
 CHUNK = 65536
 CONNECT_TIMEOUT = 10.0
+UNIX_PATH_MAX = 100   # sun_path holds 108 bytes
 
 
 def gateway_address(url: str) -> tuple[str, int]:
@@ -69,7 +71,19 @@ class GatewayRelay:
             self.socket_path.unlink()
         # the socket's mode is set only after it exists: its directory (0700, created here when
         # missing) is what keeps others out in between
-        self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
+        if len(os.fsencode(str(self.socket_path))) < UNIX_PATH_MAX:
+            self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
+        else:   # too long for a socket address (a deep TMPDIR): bind through the directory's fd
+            fd = os.open(self.socket_path.parent, os.O_PATH | os.O_DIRECTORY)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind(f"/proc/self/fd/{fd}/{self.socket_path.name}")
+            except OSError:
+                sock.close()
+                raise
+            finally:
+                os.close(fd)
+            self._server = await asyncio.start_unix_server(self._handle, sock=sock)
         if self.owner is not None:
             os.chown(self.socket_path, *self.owner)
         os.chmod(self.socket_path, self.mode)

@@ -74,8 +74,22 @@ def listen(host: str, port: int) -> socket.socket:
     return listener
 
 
+UNIX_PATH_MAX = 100   # sun_path holds 108 bytes; a longer path is reached through its directory
+
+
+def short_unix_path(path: str) -> str:
+    """``path``, or, when it is too long for a Unix socket address, the same socket reached
+    through an ``O_PATH`` descriptor of its directory (``/proc/self/fd/N/NAME``; the descriptor
+    stays open for the life of the process)."""
+    if len(os.fsencode(path)) < UNIX_PATH_MAX:
+        return path
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+
+
 def serve(listener: socket.socket, socket_path: str) -> None:
     """Forward every connection to ``listener`` to the Unix socket ``socket_path``, forever."""
+    socket_path = short_unix_path(socket_path)
     while True:
         try:
             conn, _ = listener.accept()
