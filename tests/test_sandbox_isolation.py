@@ -180,14 +180,15 @@ def test_an_agent_reads_nothing_of_the_host_outside_its_workspace(tmp_path, monk
             root = box.root
             dirs = host_dirs + [root, root / ".root", root / ".mnt", root / ".jobs",      # its own sandbox's
                                 Path(other.workdir), Path(other.home), Path(other.root) / "tmp"]  # another's
-            placed = _place_canaries(dirs, name, canary)
-            control = _place_canaries([Path(box.workdir)], name, canary)   # the one it must find
-            await box.give_to_agent(box.workdir)
-            dirs = [str(p.parent) for p in (*placed, *control)]
-            probe = READ_PROBE.format(a=a, b=b, n1=n1, n2=n2, dirs=" ".join(f"'{d}'" for d in dirs),
-                                      pylist=repr(dirs), py=sys.executable)
-            assert canary not in probe and name not in probe
+            placed: list[Path] = []
             try:
+                placed += _place_canaries(dirs, name, canary)
+                control = _place_canaries([Path(box.workdir)], name, canary)   # the one it must find
+                await box.give_to_agent(box.workdir)
+                dirs = [str(p.parent) for p in (*placed, *control)]
+                probe = READ_PROBE.format(a=a, b=b, n1=n1, n2=n2, dirs=" ".join(f"'{d}'" for d in dirs),
+                                          pylist=repr(dirs), py=sys.executable)
+                assert canary not in probe and name not in probe
                 seen = await box.exec(["bash", "-c", probe], user="agent", timeout=240)
             finally:
                 for p in placed:

@@ -341,11 +341,6 @@ def test_a_real_rollout_reaches_only_its_gateway_and_still_earns_its_reward(tmp_
     repo = Path(__file__).resolve().parents[1]
     dirs = [Path("/root"), Path("/srv"), Path("/opt"), Path("/var/tmp"), Path("/tmp"), tmp_path, repo]
     placed = []
-    for d in dirs:
-        target = d / f"{n1}{n2}.txt"
-        target.write_text(a + b + "\n")
-        os.chmod(target, 0o644)
-        placed.append(target)
     tasks = tasks_file(tmp_path, ["thermo-fahrenheit"])
     probe = NET_AND_HOST_PROBE.format(a=a, b=b, n1=n1, n2=n2, urls=" ".join(urls), urls_py=repr(urls),
                                       dirs=" ".join(str(d) for d in dirs))
@@ -354,6 +349,11 @@ def test_a_real_rollout_reaches_only_its_gateway_and_still_earns_its_reward(tmp_
                                      say("Fixed the factor.")])
     out = tmp_path / "out"
     try:
+        for d in dirs:
+            target = d / f"{n1}{n2}.txt"
+            placed.append(target)
+            target.write_text(a + b + "\n")
+            os.chmod(target, 0o644)
         proc = run_cli("rollout", str(tasks), "--engine", f"scripted:{script}", "--out", str(out), "--budget", "180",
                        timeout=300)
     finally:
