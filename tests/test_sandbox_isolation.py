@@ -28,6 +28,7 @@ from typing import Iterator
 import pytest
 
 from agent_code.sandbox.local import ENTER_SCRIPT, LocalSandbox, isolation_available
+from agent_code.sandbox.base import SandboxError
 from agent_code.sandbox.relay import GatewayRelay
 
 pytestmark = pytest.mark.skipif(not isolation_available(), reason="sandbox isolation needs root with unshare")
@@ -404,9 +405,13 @@ def test_an_agent_reaches_its_gateway_and_nothing_else_of_the_network():
     assert not sock_left                                              # close() stopped the relay
 
 
-@pytest.mark.parametrize("kind", ["hostname", "address"])
+@pytest.mark.parametrize("kind", ["hostname", "address", "ipv6-loopback", "localhost"])
 def test_a_gateway_off_loopback_or_by_name_is_rewritten_to_the_relay(kind):
-    if kind == "address":
+    if kind == "ipv6-loopback":
+        host, bind_host = "[::1]", "::1"
+    elif kind == "localhost":
+        host, bind_host = "localhost", "127.0.0.1"
+    elif kind == "address":
         host = _host_address()
         if host is None:
             pytest.skip("this machine has no non-loopback IPv4 address")
@@ -432,9 +437,21 @@ def test_a_gateway_off_loopback_or_by_name_is_rewritten_to_the_relay(kind):
                 return inside, seen, direct
 
         inside, seen, direct = run(go())
-    assert inside == f"http://127.0.0.1:{gateway.port}/prefix"
     assert seen.stdout == "GATEWAY /prefix/v1/messages", seen.output()
+    if kind == "localhost":   # localhost is 127.0.0.1 in the sandbox's /etc/hosts: the URL stays
+        assert inside == url and direct.stdout == seen.stdout
+        return
+    assert inside == f"http://127.0.0.1:{gateway.port}/prefix"
     assert direct.stdout == "" and not direct.ok        # the host's name or address leads nowhere
+
+
+def test_the_whole_host_cannot_be_provided():
+    async def go():
+        async with LocalSandbox() as box:
+            with pytest.raises(SandboxError, match="whole host"):
+                box.provide("/")
+
+    run(go())
 
 
 def test_without_isolation_the_gateway_url_is_given_back_as_it_is():

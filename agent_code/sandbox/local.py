@@ -227,9 +227,13 @@ class LocalSandbox:
     # --- what the agent sees -------------------------------------------------------------
 
     def provide(self, host_path: str | os.PathLike) -> str:
-        """Make a host file or directory reachable (read-only in practice) by the agent user;
-        returns its path inside the sandbox (the same path, locally)."""
+        """Make a host file or directory visible, read-only, in the agent's root (at its host path,
+        symlinks resolved); returns that path. Paths in ``hide`` inside it stay hidden. Never
+        ``/``; an ancestor of a sandbox dir shows the other sandboxes' dir names (not their
+        contents: those are 0700 to other uids)."""
         path = Path(host_path).resolve()
+        if path == Path("/"):
+            raise SandboxError("cannot provide / to the sandbox: that is the whole host")
         if self.isolated and path not in self.exposed:
             self.exposed.append(path)
         return str(path)
