@@ -445,6 +445,26 @@ def test_a_gateway_off_loopback_or_by_name_is_rewritten_to_the_relay(kind):
     assert direct.stdout == "" and not direct.ok        # the host's name or address leads nowhere
 
 
+def test_the_orchestrator_does_not_follow_the_agents_links_out_of_the_sandbox(tmp_path):
+    outside = tmp_path / "host-file"
+    outside.write_text("host data\n")
+
+    async def go():
+        async with LocalSandbox() as box:
+            await box.exec(f"ln -s {outside} leak && ln -s {tmp_path} dir", user="agent")
+            with pytest.raises(SandboxError, match="leads out of the sandbox"):
+                await box.read_file("leak")
+            with pytest.raises(SandboxError, match="leads out of the sandbox"):
+                await box.write_file("leak", "overwritten\n")
+            with pytest.raises(SandboxError, match="leads out of the sandbox"):
+                await box.write_file("dir/new.txt", "x")
+            await box.write_file("ok.txt", "fine\n", user="agent")
+            return await box.read_file("ok.txt")
+
+    assert run(go()) == b"fine\n"
+    assert outside.read_text() == "host data\n" and not (tmp_path / "new.txt").exists()
+
+
 def test_the_whole_host_cannot_be_provided():
     async def go():
         async with LocalSandbox() as box:

@@ -355,7 +355,15 @@ class LocalSandbox:
     # --- files ---------------------------------------------------------------------------
 
     def _inside(self, path: str) -> Path:
-        return Path(path) if os.path.isabs(path) else Path(self.workdir) / path
+        """The host path of sandbox path ``path``. A path in the sandbox's own dirs must stay
+        there once symlinks are followed: the orchestrator is root on the host, and the agent
+        may have left a link in its workspace or home that leads elsewhere."""
+        target = Path(path) if os.path.isabs(path) else Path(self.workdir) / path
+        if self.isolated and self.root != Path() and (target == self.root or self.root in target.parents):
+            real = Path(os.path.realpath(target))
+            if real != self.root and self.root not in real.parents:
+                raise SandboxError(f"{path} leads out of the sandbox (to {real})")
+        return target
 
     async def write_file(self, path: str, data: str | bytes, *, user: str = "root", mode: int = 0o644) -> None:
         target = self._inside(path)
