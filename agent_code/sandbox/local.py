@@ -155,7 +155,9 @@ class LocalSandbox:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> "LocalSandbox":
-        self.root = Path(tempfile.mkdtemp(prefix="agent-code-sandbox-", dir=self.base_dir))
+        # symlinks resolved: the agent's root rebuilds this path, and the orchestrator checks
+        # that the paths it touches stay under it
+        self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix="agent-code-sandbox-", dir=self.base_dir)))
         os.chmod(self.root, 0o711)  # the agent may pass through, not list
         for name in ("workspace", "home", "tmp", ".root", ".mnt", ".jobs"):
             (self.root / name).mkdir()
