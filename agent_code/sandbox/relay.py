@@ -11,7 +11,16 @@ The gateway is made reachable through two relays:
   own ``127.0.0.1:PORT`` forwarding to that socket.
 
 The agent keeps using the gateway URL it was given (same host, same port), and the relay
-carries bytes only: HTTP, SSE and keep-alives pass unchanged.
+carries bytes only: HTTP, SSE and keep-alives pass unchanged. Whatever the client sends (an
+HTTP ``CONNECT``, an absolute URL, another ``Host:``), this end connects to the gateway's
+address and nowhere else. A socket path too long for a Unix socket address (108 bytes: a deep
+``TMPDIR``) is bound, and reached by :func:`relay_inside.serve`, through an ``O_PATH``
+descriptor of its directory (``/proc/self/fd/N/NAME``).
+
+In the local sandbox (:meth:`LocalSandbox.expose_gateway`) the socket is
+``<sandbox>/.relay/gateway.sock`` (owned by the agent's uid, 0600, in a 0700 dir), bind-mounted
+at the same path into each agent command's root; the in-namespace end is forked by
+:mod:`agent_code.sandbox.local_enter` and serves as the agent's uid.
 """
 
 from __future__ import annotations
