@@ -49,9 +49,10 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
 
 
 @pytest.mark.parametrize("action, sid, credential, header, token, outcome", [
-    # open management (no token): no key → all; a key → only its own session
-    ("finish", "a", None, None, None, None), ("open", None, "a", None, None, None),
-    ("read", "a", "a", None, None, None), ("finish", "a", "a", None, None, None),
+    # open management (no token): no key → all; a key → reads its own session, nothing else
+    ("finish", "a", None, None, None, None), ("open", None, "a", None, None, 403),
+    ("read", "a", "a", None, None, None), ("finish", "a", "a", None, None, 403),
+    ("delete", "a", "a", None, None, 403), ("open", "a", "a", None, None, 403),
     ("read", "b", "a", None, None, 403), ("finish", "b", "a", None, None, 403),
     ("delete", "b", "a", None, None, 403), ("open", "b", "a", None, None, 403),
     # with a token: the admin does all; a session key reads only itself; nothing else passes
@@ -138,7 +139,11 @@ def test_without_a_token_management_is_open_but_a_key_reaches_only_its_session(t
     with scripted_gateway(tmp_path, [{"text": "one"}], renderer) as (url, gw):
         c = httpx.Client(base_url=url)
         assert c.post("/v1/sessions", json={"session_id": "b"}).status_code == 201      # as before: no key, open
-        assert c.post("/v1/sessions", json={"session_id": "a"}, headers=key("a")).status_code == 201
+        anthropic_error(c.post("/v1/sessions", json={"session_id": "a"}, headers=key("a")), 403, "permission_error")
+        assert c.post("/v1/sessions", json={"session_id": "a"}).status_code == 201
+        for method, path in (("POST", "/v1/sessions/a/finish"), ("DELETE", "/v1/sessions/a")):   # not even its own
+            r = c.request(method, path, headers=key("a"), json={"reward": 1.0} if method == "POST" else None)
+            assert "may only read its own session" in anthropic_error(r, 403, "permission_error")
         assert c.get("/v1/sessions/a", headers=key("a")).status_code == 200
         for method, path in (("GET", "/v1/sessions/b"), ("GET", "/v1/sessions/b/turns"),
                              ("POST", "/v1/sessions/b/finish"), ("DELETE", "/v1/sessions/b")):

@@ -5,8 +5,22 @@ Opens one gateway (in process, on ``--engine``; or uses ``--gateway URL``), runs
 ``samples.jsonl``, ``samples.parquet``, ``results.jsonl`` and ``report.html`` under ``--out``.
 With ``--ray [ADDRESS]`` the rollouts run as Ray tasks, a gateway per node.
 
-Exit codes: 0 the run completed (whatever the rewards) · 1 error before any rollout ran ·
-2 bad usage · 130 interrupted (what finished is kept and written).
+Exit codes: 0 the run completed (whatever the rewards) · 1 error before any rollout ran, or an
+invariant of the exported samples failed · 2 bad usage (``--gateway`` without ``--admin-token``
+included) · 3 no rollout reached the agent: every rollout aborted for an infrastructure reason
+(``boot``, ``launch`` or ``gateway``; the reasons are on stderr) · 130 interrupted (what finished
+is kept and written). A run in which at least one agent ran is a normal run, even if every agent
+failed (crashed, ran out of budget, made no model call, earned 0).
+
+Sessions: the in-process gateway (and every Ray node's) serves only the sessions this run
+opens (``explicit``), behind an admin token minted for the run. ``--gateway URL`` needs
+``--admin-token`` and checks that the gateway refuses its session routes without it (start it
+with ``agent-code serve --sessions explicit --admin-token TOKEN``); otherwise any agent could
+finish its own session with the reward it likes.
+
+A reward that was never computed (the rollout aborted before grading) is shown as
+``n/a (REASON)`` in the per-rollout line, the summary and report.html alike; means are over the
+rollouts that have a reward.
 """
 
 from __future__ import annotations
@@ -81,6 +95,12 @@ def rollout(
     config = RolloutConfig(agent=agent, sandbox=sandbox, samples_per_task=samples_per_task, concurrency=concurrency,
                            budget=budget, partial=partial, model=model, max_steps=max_steps, max_turns=max_turns,
                            sandbox_options=_hidden(sandbox, path, out_dir))
+    if gateway_url and not admin_token:
+        err.print(f"agent-code rollout: --gateway {gateway_url} needs --admin-token (or AGENT_CODE_ADMIN_TOKEN): "
+                  f"the gateway's session routes must be closed to the agents, or any agent could finish its own "
+                  f"session with the reward it likes. Start the gateway with 'agent-code serve --sessions explicit "
+                  f"--admin-token TOKEN' and pass the same token here.", markup=False, highlight=False)
+        raise typer.Exit(2)
     gateway_options = {"engine_spec": engine, "tokenizer": tokenizer, "model_name": model, "tool_parser": tool_parser}
     total = len(tasks) * samples_per_task
     err.print(f"rollout: {len(tasks)} task(s) × {samples_per_task} = {total} rollout(s) · agent {agent} · "
@@ -126,7 +146,7 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
         writer.add(result, samples)
         counts["solved"] += result.solved
         counts["aborted"] += bool(result.abort_reason)
-        last = f"{result.rollout_id}: reward {result.reward}" + (f" ({result.abort_reason})" if result.abort_reason else "")
+        last = rollout_line(result)
         progress.update(bar, advance=1, last=last, **counts)
         if not err.is_terminal:  # a log, not a terminal: one line per rollout instead of a live bar
             done = int(progress.tasks[0].completed)
@@ -152,6 +172,8 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
                 # read sessions through its session routes; an external one needs --admin-token
                 token = admin_token or (None if gateway_url else secrets.token_urlsafe(24))
                 async with _gateway(gateway_options, gateway_url, out_dir, err, renderer_box, token) as url:
+                    if gateway_url:
+                        await _check_remote(url, token)
                     writer = RunWriter(out_dir, renderer=renderer_box.get("renderer"))
                     from agent_code.rollout.runner import run_all
 
@@ -168,7 +190,33 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
     paths = writer.close()
     _print_summary(writer.results, paths, interrupted)
     problems = _verify(writer.samples, out_dir / "trajectories", err)
-    return 130 if interrupted else (1 if problems else 0)
+    if interrupted:
+        return 130
+    infra = no_rollout_ran(writer.results)
+    if infra is not None:
+        err.print(f"agent-code rollout: error: {infra}", markup=False, highlight=False)
+        return 3
+    return 1 if problems else 0
+
+
+INFRA_REASONS = ("boot", "launch", "gateway")
+
+
+def no_rollout_ran(results: list[Any]) -> str | None:
+    """Why no rollout reached its agent (every one aborted with boot, launch or gateway), or
+    None when at least one did (or there were none)."""
+    if not results or any(r.abort_reason not in INFRA_REASONS for r in results):
+        return None
+    from collections import Counter
+
+    reasons = Counter(r.abort_reason for r in results)
+    first = next((r for r in results if r.error), None)
+    detail = ""
+    if first is not None:
+        line = first.error.strip().splitlines()[0] if first.error.strip() else ""
+        detail = f"; first: {first.rollout_id}: {first.abort_reason}: {line[:300]}"
+    return (f"no rollout reached the agent: all {len(results)} aborted for infrastructure reasons ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + ")" + detail)
 
 
 def _verify(samples: list[Any], trajectory_dir: Path, err: Any) -> list[str]:
@@ -191,6 +239,30 @@ def _verify(samples: list[Any], trajectory_dir: Path, err: Any) -> list[str]:
     return problems
 
 
+async def _check_remote(url: str, token: str | None) -> None:
+    """A remote gateway must keep its session routes to the admin token."""
+    from agent_code.rollout.client import GatewayClient
+
+    async with GatewayClient(url, admin_token=token) as client:
+        if not await client.requires_admin_token():
+            raise RuntimeError(f"the gateway at {url} lets a request without the admin token manage sessions "
+                               f"(finish them with a reward): restart it with 'agent-code serve --sessions explicit "
+                               f"--admin-token TOKEN'")
+
+
+def rollout_line(result: Any) -> str:
+    """The per-rollout line (progress bar and log)."""
+    from agent_code.rollout.export import reward_text
+
+    line = f"{result.rollout_id}: reward {reward_text(result)}"
+    if result.abort_reason and result.reward is not None:
+        line += f" ({result.abort_reason})"
+    rejected = getattr(result, "rejected_paths", None) or []
+    if rejected:
+        line += f" · {len(rejected)} rejected path(s)"
+    return line
+
+
 class _gateway:
     """An in-process gateway on a free loopback port (or the given URL), as an async context."""
 
@@ -209,7 +281,7 @@ class _gateway:
         self.err.print(f"rollout: starting the gateway on engine {self.options['engine_spec']}…", markup=False,
                        highlight=False)
         gateway = await asyncio.to_thread(build_gateway, trajectory_dir=str(self.out_dir / "trajectories"),
-                                          **self.options)
+                                          open_on_first_use=False, **self.options)
         self.box["renderer"] = gateway.renderer
         self.server = BackgroundServer(create_app(gateway, admin_token=self.admin_token))
         self.server.__enter__()
@@ -224,23 +296,28 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
     from rich.console import Console
     from rich.table import Table
 
-    from agent_code.rollout.export import summarize
+    from agent_code.rollout.export import mean_text, summarize
 
     console = Console(soft_wrap=True)
     s = summarize(results)
     table = Table(title="rollout summary" + (" (interrupted)" if interrupted else ""), title_justify="left")
-    for name in ("task", "rollouts", "solved", "mean reward"):
+    for name in ("task", "rollouts", "solved", "mean reward", "rejected paths"):
         table.add_column(name, justify="left" if name == "task" else "right")
     for task, t in s["tasks"].items():
-        table.add_row(task, str(t["rollouts"]), str(t["solved"]), f"{t['mean_reward']:.2f}")
+        table.add_row(task, str(t["rollouts"]), str(t["solved"]), mean_text(t), str(t["rejected_paths"]))
     console.print(table)
     aborted = ", ".join(f"{k} {v}" for k, v in sorted(s["aborted"].items())) or "none"
-    console.print(f"solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']}) · samples {s['samples']} · "
-                  f"aborted: {aborted}", markup=False, highlight=False)
+    console.print(f"solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']}) · mean reward {mean_text(s)} · "
+                  f"samples {s['samples']} · rejected paths {s['rejected_paths']} · aborted: {aborted}",
+                  markup=False, highlight=False)
     for r in results:
+        console.print(f"  {rollout_line(r)}", markup=False, highlight=False)
         if r.abort_reason and r.error:
             first = r.error.strip().splitlines()[0] if r.error.strip() else ""
-            console.print(f"  {r.rollout_id}: {r.abort_reason}: {first[:160]}", markup=False, highlight=False)
+            console.print(f"    {r.abort_reason}: {first[:160]}", markup=False, highlight=False)
+        if getattr(r, "rejected_paths", None):
+            console.print("    rejected: " + ", ".join(r.rejected_paths[:20])
+                          + (" …" if len(r.rejected_paths) > 20 else ""), markup=False, highlight=False)
     for name, path in paths.items():
         console.print(f"{name}: {path}", markup=False, highlight=False)
     console.print(f"report: {paths['report.html']}", markup=False, highlight=False)

@@ -2,7 +2,14 @@
 
 It listens on 127.0.0.1 unless ``--host`` says otherwise; on any other host it refuses to start
 without an admin token (``--admin-token`` or ``AGENT_CODE_ADMIN_TOKEN``), which the session
-management routes then require (see :mod:`agent_code.gateway.auth`)."""
+management routes then require (see :mod:`agent_code.gateway.auth`).
+
+``--sessions auto`` (default) opens a session on a model request's first use of a key — what a
+developer's ``agent-code --local`` relies on. ``--sessions explicit`` serves only sessions
+opened with ``POST /v1/sessions`` (unknown keys get 401 in the protocol's format); it needs an
+admin token, loopback or not, and is what a gateway that rollouts use (``rollout --gateway
+URL``) should run. Either way a finished or deleted session is never reopened (409), also after
+a restart on the same ``--trajectory-dir``."""
 
 from __future__ import annotations
 
@@ -43,6 +50,9 @@ def serve(
                                               help="Token the session management routes require "
                                                    "(x-agent-code-admin: TOKEN or Authorization: Bearer TOKEN); "
                                                    "needed on a non-loopback --host."),
+    sessions: str = typer.Option("auto", "--sessions",
+                                 help="auto: a model request's key opens its session on first use; explicit: "
+                                      "only sessions opened with POST /v1/sessions (needs --admin-token)."),
     history_policy: str = typer.Option("tokens", "--history-policy",
                                        help="tokens: reuse the ids sampled earlier (default); template: re-render."),
     trajectory_dir: Optional[str] = typer.Option(None, "--trajectory-dir",
@@ -61,7 +71,13 @@ def serve(
     from agent_code.gateway.server import build_gateway
 
     admin_token = admin_token or None  # an empty variable is no token
+    if sessions not in ("auto", "explicit"):
+        print(f"agent-code serve: error: --sessions must be auto or explicit, not {sessions!r}", file=sys.stderr)
+        raise typer.Exit(2)
     problem = bind_problem(host, admin_token)
+    if problem is None and sessions == "explicit" and not admin_token:
+        problem = ("--sessions explicit needs an admin token (--admin-token TOKEN or AGENT_CODE_ADMIN_TOKEN): "
+                   "without one, any agent could finish its own session with the reward it likes")
     if problem is not None:
         print(f"agent-code serve: error: {problem}", file=sys.stderr)
         raise typer.Exit(2)
@@ -70,13 +86,15 @@ def serve(
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
                                 max_context_tokens=max_context, history_policy=history_policy,
                                 trajectory_dir=trajectory_dir, reward_policy=reward_policy,
-                                max_sessions=max_sessions, max_in_flight=max_in_flight)
+                                max_sessions=max_sessions, max_in_flight=max_in_flight,
+                                open_on_first_use=sessions == "auto")
     except Exception as exc:
         print(f"agent-code serve: error: {exc}", file=sys.stderr)
         raise typer.Exit(1)
     print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
           f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{host}:{port}; "
-          f"session management {'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
+          f"sessions {sessions}; session management "
+          f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
           file=sys.stderr)
     app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
     uvicorn.run(app_, host=host, port=port, log_level="warning", lifespan="off")

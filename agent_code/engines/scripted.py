@@ -5,7 +5,8 @@ One reply per line::
     {"text": "...", "session"?: "id", "finish_reason"?: "stop" | "length",
      "logprobs"?: [float, ...], "delay"?: seconds}
 
-A request for session ``S`` takes the next unused line whose ``session`` is ``S``; once those are
+A request for session ``S`` takes the next unused line whose ``session`` is ``S`` (or, for a
+rollout's unguessable key ``<task>.<k>.<random>``, whose ``session`` is ``<task>.<k>``); once those are
 used up (or there are none) it takes the next unused line without a ``session``. Lines are
 consumed once, in file order. Nothing left → :class:`EngineError`.
 
@@ -109,6 +110,8 @@ class ScriptedEngine:
 
     def _next(self, session_id: str | None) -> ScriptedReply:
         own = self._by_session.get(session_id) if session_id is not None else None
+        if not own and session_id is not None:   # a rollout's key: "<task>.<k>.<random>" matches "<task>.<k>"
+            own = self._by_session.get(session_id.rsplit(".", 1)[0]) if "." in session_id else None
         if own:
             return own.popleft()
         if self._shared:

@@ -17,8 +17,9 @@ from starlette.routing import Route
 
 from agent_code import __version__
 from agent_code.gateway.auth import ManagementGuard
-from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError
-from agent_code.gateway.identity import SessionResolver
+from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, credential_from
+from agent_code.gateway.identity import SessionResolver, require_session_key
+from agent_code.gateway.sessions import SessionError
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import AnthropicRoutes, error_response
 from agent_code.gateway.routes_openai_chat import ChatCompletionsRoutes, openai_error_response
@@ -32,7 +33,12 @@ OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses")
 def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                ping_interval_s: float = 5.0, admin_token: str | None = None) -> Starlette:
     """The gateway's app. ``admin_token``: the token the session management routes require
-    (None: they are open to requests without a key; see :mod:`agent_code.gateway.auth`)."""
+    (None: they are open to requests without a key; see :mod:`agent_code.gateway.auth`). A
+    gateway of explicit sessions (``gateway.store.open_on_first_use`` False) must have one:
+    otherwise an agent could finish its own session with a reward of its choosing."""
+    if not gateway.store.open_on_first_use and not admin_token:
+        raise ValueError("a gateway of explicit sessions needs an admin token: without one its session routes "
+                         "(open, finish with a reward, delete) would be open to every agent")
     guard = ManagementGuard(admin_token or None)
     flow = TurnFlow(gateway, ping_interval_s=ping_interval_s)
     resolver = SessionResolver(gateway.store)
@@ -48,6 +54,12 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
                              "uptime_s": round(time.time() - started, 3)})
 
     async def models(request: Request) -> Response:
+        openai = request.url.path == "/models" or "authorization" in request.headers
+        try:   # a gateway of explicit sessions answers only a live session's key
+            require_session_key(gateway.store, credential_from(request))
+        except SessionError as exc:
+            err = as_http_error(exc)
+            return openai_error_response(err) if openai else error_response(err)
         # one entry readable as an Anthropic and as an OpenAI model object
         entry = {"type": "model", "id": gateway.model_name, "display_name": gateway.model_name,
                  "created_at": "2026-01-01T00:00:00Z", "object": "model", "created": 1767225600,

@@ -12,10 +12,18 @@ them could grade itself, or read other rollouts' turns. So:
   session's own key (its id, as ``Authorization: Bearer ID`` or ``x-api-key: ID``) may *read*
   that one session (``GET /v1/sessions/ID`` and ``/turns``) and nothing else: opening,
   finishing and deleting are the admin's. No credential → 401; a wrong one → 403.
-* **Without one** (loopback only) management is open to a request that carries no key (the
-  in-process orchestrator, ``agent-code rollout`` without ``--gateway``, which mints a token of
-  its own anyway), but a session key still reaches only its own session: key ``A`` on
-  ``/v1/sessions/B`` → 403.
+* **Without one** (loopback only, and only for a gateway of ``auto`` sessions — a developer's
+  ``agent-code serve``/``--local``) management is open to a request that carries no key, but a
+  session key is treated exactly as with a token: it may read its own session and nothing else
+  (key ``A`` on ``/v1/sessions/B`` → 403; key ``A`` finishing, deleting or opening ``A`` → 403).
+
+A gateway of **explicit** sessions (``serve --sessions explicit``; every rollout gateway: the
+in-process one of ``agent-code rollout``, Ray node gateways) cannot run without an admin token
+(``create_app`` and ``serve`` refuse): there, an agent could otherwise drop its key and finish
+its own session with any reward. Keyless management is therefore only ever open on a loopback
+developer gateway, where sessions are opened on first use anyway and no reward is at stake;
+``agent-code rollout --gateway URL`` refuses to run without ``--admin-token`` for the same
+reason, and checks that the gateway does require it.
 
 Decisions are pure functions (:func:`decide`, :func:`bind_problem`); :class:`ManagementGuard`
 applies them to a request and raises an :class:`HttpError` the routes turn into their error
@@ -86,9 +94,12 @@ def decide(action: Action, session_id: str | None, *, credential: str | None, ad
         if action == "read" and session_id is not None and _same(credential, session_id):
             return None  # a session may read its own turns
         return HttpError(403, "permission_error", _refusal(action, session_id, own=session_id == credential))
-    if credential is None or session_id is None or _same(credential, session_id):
-        return None  # open management (loopback, no token); a key still reaches only its own session
-    return HttpError(403, "permission_error", _refusal(action, session_id, own=False))
+    if credential is None:
+        return None  # open management (loopback, auto sessions, no token): the developer's gateway
+    if action == "read" and session_id is not None and _same(credential, session_id):
+        return None  # a key reads its own session, and does nothing else, token or not
+    own = session_id is not None and session_id == credential
+    return HttpError(403, "permission_error", _refusal(action, session_id, own=own))
 
 
 def _refusal(action: Action, session_id: str | None, *, own: bool) -> str:

@@ -15,17 +15,43 @@ identity-less conversations with identical histories cannot be told apart (the l
 joins the session that generated the matched turn); and a session that has been finished or
 dropped is not joined again. Rollouts should therefore pass a key; this is for clients that
 cannot. The session id is returned in the ``x-agent-code-session`` response header.
+
+A gateway that serves only explicitly opened sessions (``SessionStore.open_on_first_use`` False,
+every rollout gateway) names the session by the API key alone: no body identity, no grouping by
+history, and a request without a key is refused (401) — so nothing a request's body says can
+reach another rollout's session.
 """
 
 from __future__ import annotations
 
 import secrets
-from agent_code.gateway.sessions import Session, SessionStore
+from agent_code.gateway.sessions import Session, SessionError, SessionStore
 from agent_code.protocols.canonical import ChatRequest
 from agent_code.trajectory.history import conversation_key, prefix_keys
 from agent_code.trajectory.records import TurnRecord
 
 ANONYMOUS_PREFIX = "anon-"
+
+
+def require_session_key(store: SessionStore, credential: str | None) -> None:
+    """On a gateway of explicit sessions, refuse a request whose key names no live session
+    (401; 409 for an ended one). Used by the routes that read no session (``/v1/models``,
+    ``count_tokens``), so an unknown key learns nothing there either. Open otherwise."""
+    if store.open_on_first_use:
+        return
+    if not credential:
+        raise SessionError(401, "authentication_error",
+                           "missing API key: this gateway serves only the sessions its orchestrator opened; "
+                           "send the session id as the API key")
+    if credential not in store.sessions:
+        store.get_or_open(credential)   # raises: 409 for an ended session, 401 for an unknown key
+
+
+def session_for_key(store: SessionStore, credential: str | None) -> Session:
+    """The session an Anthropic request names: its key (``default`` without one, in ``auto``
+    mode only; an explicit gateway requires the key)."""
+    require_session_key(store, credential)
+    return store.get_or_open(credential or "default")
 
 
 class SessionResolver:
@@ -35,6 +61,12 @@ class SessionResolver:
         self._anonymous: set[str] = set()
 
     def resolve(self, credential: str | None, body_identity: str | None, request: ChatRequest) -> Session:
+        if not self.store.open_on_first_use:
+            if not credential:
+                raise SessionError(401, "authentication_error",
+                                   "missing API key: this gateway serves only the sessions its orchestrator "
+                                   "opened; send the session id as the API key")
+            return self.store.get_or_open(credential)
         sid = credential or body_identity
         if sid:
             return self.store.get_or_open(sid)

@@ -58,7 +58,7 @@ class Gateway:
                  tool_parser: str | None = None, reasoning_parser: str | None = None,
                  store: SessionStore | None = None, default_max_tokens: int = 4096,
                  history_policy: str = "tokens", turn_log: Any = None, reward_policy: str = "full",
-                 tool_grammar: str = "auto") -> None:
+                 tool_grammar: str = "auto", open_on_first_use: bool | None = None) -> None:
         if history_policy not in POLICIES:
             raise ValueError(f"unknown history policy '{history_policy}' (choose from {', '.join(POLICIES)})")
         self.history_policy = history_policy
@@ -71,10 +71,25 @@ class Gateway:
         self.tool_parser = tool_parser or detected_tool
         self.reasoning_parser = reasoning_parser or detected_reasoning
         self.store = store or SessionStore()
+        if open_on_first_use is not None:   # False: serve only the sessions the orchestrator opened
+            self.store.open_on_first_use = open_on_first_use
+        if turn_log is not None and hasattr(turn_log, "mark_ended"):
+            # what ended before a restart stays ended: reload the tombstones, persist new ones
+            self.store.ended |= turn_log.ended_ids()
+            self.store.on_end = self._persist_end
         self.default_max_tokens = default_max_tokens
         if tool_grammar not in ("auto", "off"):
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
         self.tool_grammar = tool_grammar
+
+    def _persist_end(self, session_id: str, how: str) -> None:
+        try:
+            self.turn_log.mark_ended(session_id, how)
+        except OSError as exc:   # the samples are written; the tombstone stays in memory
+            import logging
+
+            logging.getLogger("agent_code.gateway").error("session %r ended but %s could not be recorded: %s",
+                                                          session_id, how, exc)
 
     # -- the turn ---------------------------------------------------------------------
 

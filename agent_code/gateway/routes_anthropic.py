@@ -3,7 +3,7 @@
 :mod:`agent_code.protocols.anthropic`, the HTTP turn (prepare, generate with disconnect
 handling and pings, commit after the reply) in :mod:`agent_code.gateway.turn_flow`, the turn
 itself in :mod:`agent_code.gateway.pipeline`. A client without an API key uses the session
-``default``.
+``default`` (on a gateway of explicit sessions it is refused instead: 401).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Iterable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_code.gateway.http import HttpError, as_http_error, json_response, read_json, session_id_from
+from agent_code.gateway.http import HttpError, as_http_error, credential_from, json_response, read_json
+from agent_code.gateway.identity import require_session_key, session_for_key
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import anthropic as wire
 from agent_code.protocols.canonical import ChatRequest
@@ -76,6 +77,7 @@ class AnthropicRoutes:
 
     async def count_tokens(self, request: Request) -> Response:
         try:
+            require_session_key(self.gw.store, credential_from(request))
             body = await read_json(request, self.max_body_bytes)
             chat = wire.translate_count_request(body)
             return json_response({"input_tokens": len(self.gw.render(chat))})
@@ -87,7 +89,7 @@ class AnthropicRoutes:
         try:
             body = await read_json(request, self.max_body_bytes)
             chat = wire.translate_request(body, signer=self.signer)
-            session = self.gw.store.get_or_open(session_id_from(request))
+            session = session_for_key(self.gw.store, credential_from(request))
         except Exception as exc:
             return error_response(as_http_error(exc))
         return await self.flow.answer(request, session, chat, AnthropicReply(self.gw, chat, self.signer),

@@ -7,6 +7,17 @@ clamps ``max_new_tokens`` (a reply that hits it stops with ``max_tokens``). A cl
 refuses further turns (503). The store caps how many sessions are open at once
 (``max_sessions``: opening one more, explicitly or on first use, is 429); a finished or
 deleted session frees its slot.
+
+Ownership (see :mod:`agent_code.gateway.auth` for the management routes):
+
+* ``open_on_first_use`` (``serve --sessions auto``, the default for a developer's gateway): a
+  model request with an unknown key opens that session. ``False`` (``--sessions explicit``,
+  every rollout gateway): only sessions opened with ``POST /v1/sessions`` are served; an
+  unknown key is refused (401), never opened.
+* A finished or deleted session id is *ended* for good: it is never opened again, neither on
+  first use nor explicitly (409). The store keeps the ended ids only (no turns), and a gateway
+  with a trajectory dir persists them (``DIR/ended.jsonl``) and reloads them on start, so a
+  restart does not forget them.
 """
 
 from __future__ import annotations
@@ -59,8 +70,13 @@ class Session:
 
 class SessionStore:
     def __init__(self, default_max_turns: int | None = None, default_max_context: int | None = None, *,
-                 max_sessions: int | None = None, max_in_flight: int | None = None) -> None:
+                 max_sessions: int | None = None, max_in_flight: int | None = None,
+                 open_on_first_use: bool = True) -> None:
         self.sessions: dict[str, Session] = {}
+        self.open_on_first_use = open_on_first_use
+        self.ended: set[str] = set()            # finished or deleted ids: never reopened (ids only)
+        # called with (session id, "finished" | "deleted") when a session ends (persists the tombstone)
+        self.on_end: Any = None
         self.default_max_turns = default_max_turns
         self.default_max_context = default_max_context
         self.max_sessions = max_sessions        # sessions open at once (None: no cap)
@@ -72,8 +88,14 @@ class SessionStore:
         """Sessions open now: the ones that count against ``max_sessions``."""
         return self._open
 
+    def _refuse_ended(self, session_id: str) -> None:
+        if session_id in self.ended:
+            raise SessionError(409, "invalid_request_error",
+                               f"session '{session_id}' was finished or deleted and cannot be reopened")
+
     def open(self, session_id: str, *, sampling: dict[str, Any] | None = None,
              max_context_tokens: int | None = None, max_turns: int | None = None) -> Session:
+        self._refuse_ended(session_id)
         if session_id in self.sessions:
             raise SessionError(409, "invalid_request_error", f"session '{session_id}' already exists")
         if self.max_sessions is not None and self._open >= self.max_sessions:
@@ -88,7 +110,21 @@ class SessionStore:
         return session
 
     def get_or_open(self, session_id: str) -> Session:
-        return self.sessions.get(session_id) or self.open(session_id)
+        """The session a model request's key names: opened on first use only in ``auto`` mode."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            return session
+        self._refuse_ended(session_id)
+        if not self.open_on_first_use:
+            raise SessionError(401, "authentication_error",
+                               "invalid API key: this gateway serves only the sessions its orchestrator opened "
+                               "(the key must be a session id opened with POST /v1/sessions)")
+        return self.open(session_id)
+
+    def _ended(self, session_id: str, how: str) -> None:
+        self.ended.add(session_id)
+        if self.on_end is not None:
+            self.on_end(session_id, how)
 
     def get(self, session_id: str) -> Session:
         try:
@@ -107,6 +143,7 @@ class SessionStore:
         session = self.unfinished(session_id)
         session.closed = True
         self._open -= 1
+        self._ended(session_id, "finished")
         return session
 
     def drop(self, session_id: str) -> Session:
@@ -116,4 +153,6 @@ class SessionStore:
             session.closed = True
             self._open -= 1
         del self.sessions[session_id]
+        if session_id not in self.ended:
+            self._ended(session_id, "deleted")
         return session

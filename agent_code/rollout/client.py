@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import secrets
 from typing import Any, Iterator
 
 from urllib.parse import quote
@@ -95,6 +96,16 @@ class GatewayClient:
     async def delete(self, session_id: str) -> None:
         """Forget a session on the gateway (its turns stay in the gateway's trajectory dir)."""
         await self._call("DELETE", f"/v1/sessions/{_seg(session_id)}")
+
+    async def requires_admin_token(self) -> bool:
+        """Whether the gateway refuses its session routes to a request without the admin token
+        (asked with no credential at all, about a session that cannot exist)."""
+        try:
+            async with httpx.AsyncClient(base_url=self.base_url, timeout=30) as bare:
+                response = await bare.get(f"/v1/sessions/{_seg('probe-' + secrets.token_hex(16))}")
+        except httpx.HTTPError as exc:
+            raise GatewayClientError(f"gateway {self.base_url} unreachable: {exc}") from exc
+        return response.status_code in (401, 403)
 
     async def healthy(self) -> bool:
         try:

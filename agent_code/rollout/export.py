@@ -67,8 +67,29 @@ class RunWriter:
                 "results.jsonl": self.out / RESULTS, "report.html": report}
 
 
+def reward_text(result: RolloutResult) -> str:
+    """A rollout's reward as the line, the summary and report.html all show it: the number
+    (2 decimals), or ``n/a (REASON)`` when it was never computed."""
+    if result.reward is None:
+        return f"n/a ({result.abort_reason})" if result.abort_reason else "n/a"
+    return f"{result.reward:.2f}"
+
+
+def mean_text(summary: dict[str, Any]) -> str:
+    """A summary's (or a task's) mean reward: over the rollouts that have one; ``n/a`` if none has."""
+    mean = summary.get("mean_reward")
+    return "n/a" if mean is None else f"{mean:.2f}"
+
+
+def _mean(results: list[RolloutResult]) -> float | None:
+    rewards = [r.reward for r in results if r.reward is not None]
+    return sum(rewards) / len(rewards) if rewards else None
+
+
 def summarize(results: list[RolloutResult]) -> dict[str, Any]:
-    """Solve rate and counts over rollouts, and per task."""
+    """Solve rate and counts over rollouts, and per task. ``mean_reward`` is over the rollouts
+    that have a reward (None when none has: the run never graded anything); ``rejected_paths``
+    counts the paths the grader refused to apply."""
     per_task: dict[str, list[RolloutResult]] = defaultdict(list)
     for r in results:
         per_task[r.task_id].append(r)
@@ -79,11 +100,13 @@ def summarize(results: list[RolloutResult]) -> dict[str, Any]:
     solved = sum(r.solved for r in results)
     return {
         "rollouts": len(results), "solved": solved, "solve_rate": solved / len(results) if results else 0.0,
-        "mean_reward": sum(r.reward or 0.0 for r in results) / len(results) if results else 0.0,
+        "mean_reward": _mean(results), "rewarded": sum(r.reward is not None for r in results),
         "aborted": dict(aborted), "samples": sum(r.samples for r in results),
         "turns": sum(r.turns for r in results),
-        "tasks": {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs),
-                      "mean_reward": sum(r.reward or 0.0 for r in rs) / len(rs)} for t, rs in per_task.items()},
+        "rejected_paths": sum(len(r.rejected_paths or ()) for r in results),
+        "tasks": {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs), "mean_reward": _mean(rs),
+                      "rejected_paths": sum(len(r.rejected_paths or ()) for r in rs)}
+                  for t, rs in per_task.items()},
     }
 
 
@@ -102,14 +125,17 @@ def render_report(results: list[RolloutResult], title: str = "agent-code rollout
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{e(title)}</title>",
            f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>",
            f"<p class='big'>solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']})</p>",
-           f"<p>mean reward {s['mean_reward']:.3f} · {s['samples']} samples · {s['turns']} turns"
+           f"<p>mean reward {e(mean_text(s))} · {s['samples']} samples · {s['turns']} turns"
+           f" · rejected paths {s['rejected_paths']}"
            + (" · aborted: " + ", ".join(f"{e(k)} {v}" for k, v in sorted(s["aborted"].items()))
               if s["aborted"] else "") + "</p>",
-           "<h2>tasks</h2><table><tr><th>task</th><th>rollouts</th><th>solved</th><th>mean reward</th></tr>"]
+           "<h2>tasks</h2><table><tr><th>task</th><th>rollouts</th><th>solved</th><th>mean reward</th>"
+           "<th>rejected paths</th></tr>"]
     for task, t in s["tasks"].items():
         out.append(f"<tr><td>{e(task)}</td><td>{t['rollouts']}</td><td>{t['solved']}</td>"
-                   f"<td>{t['mean_reward']:.3f}</td></tr>")
-    out.append("</table><h2>rollouts</h2><table><tr><th>rollout</th><th>reward</th><th>applied</th><th>exit</th>"
+                   f"<td>{e(mean_text(t))}</td><td>{t['rejected_paths']}</td></tr>")
+    out.append("</table><h2>rollouts</h2><table><tr><th>rollout</th><th>reward</th><th>rejected paths</th>"
+               "<th>applied</th><th>exit</th>"
                "<th>status</th><th>turns</th><th>trained tokens</th><th>agent s</th><th>total s</th>"
                "<th>trajectory</th><th>diff</th><th>log</th></tr>")
     for r in sorted(results, key=lambda r: (r.task_id, r.sample)):
@@ -117,7 +143,10 @@ def render_report(results: list[RolloutResult], title: str = "agent-code rollout
         status = r.status if not r.abort_reason else f"{r.status}: {r.abort_reason}"
         cls = "ok" if r.solved else "bad" if r.abort_reason else ""
         link = f"<a href='inspect/{stem}.html'>inspect</a>" if r.samples else "-"
-        out.append(f"<tr><td>{e(r.rollout_id)}</td><td class='{cls}'>{_cell(r.reward)}</td>"
+        rejected = list(r.rejected_paths or ())
+        rej = (f"<td title='{e(chr(10).join(rejected), quote=True)}'>{len(rejected)}</td>" if rejected
+               else "<td>0</td>")
+        out.append(f"<tr><td>{e(r.rollout_id)}</td><td class='{cls}'>{e(reward_text(r))}</td>{rej}"
                    f"<td>{_cell(r.applied_cleanly)}</td><td>{_cell(r.agent_exit_code)}</td>"
                    f"<td title='{e(r.error or '', quote=True)}'>{e(status)}</td><td>{r.turns}</td>"
                    f"<td>{r.tokens.get('trained', 0)}</td><td>{r.timings.get('agent', 0):.1f}</td>"

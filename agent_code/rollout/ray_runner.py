@@ -32,7 +32,7 @@ class NodeGateway:
         from agent_code.gateway.app import create_app
         from agent_code.gateway.server import BackgroundServer, build_gateway
 
-        self.gateway = build_gateway(**options)
+        self.gateway = build_gateway(**{**options, "open_on_first_use": False})   # only sessions rollouts open
         self.server = BackgroundServer(create_app(self.gateway, admin_token=admin_token))
         self.server.__enter__()
 

@@ -5,6 +5,8 @@ Layout under one directory ``DIR``::
     DIR/sessions/<safe id>.turns.jsonl   one TurnRecord.to_dict() per line, fsynced per turn
     DIR/samples.jsonl                    every exported Sample, appended (one per line)
     DIR/samples/<safe id>.parquet        one file per session: that session's samples
+    DIR/ended.jsonl                      {"session_id", "how"} per ended session, fsynced:
+                                         how = finished | deleted | recovered
 
 Parquet choice: one file per session, written atomically (temp file + rename) when the
 session is exported, rather than a single ``samples.parquet`` rewritten from the jsonl on every
@@ -14,6 +16,13 @@ the directory. Exporting a session again replaces its parquet file (the jsonl ke
 
 After a crash, :func:`recover` rebuilds samples from the turn logs: a process killed mid-write
 leaves at most a torn last line, which is skipped; every finished turn was fsynced.
+
+What is done stays done. A session is *done* when ``ended.jsonl`` names it (finished, deleted,
+or recovered before) or ``samples.jsonl`` already holds samples of it (finishing appends the
+samples first and the ``ended`` line right after; a crash between the two still leaves the
+session done, because the samples line is the commit point). :func:`recover` rebuilds only the
+sessions that are not done and marks each one it wrote as ``recovered``, so running it again
+changes nothing; a gateway reloads the ended ids on start and never reopens them.
 """
 
 from __future__ import annotations
@@ -30,12 +39,13 @@ from typing import Any, Callable, Iterable, Iterator
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.samples import Sample, build_samples
 
-__all__ = ["TurnLog", "safe_name", "write_samples", "read_samples", "recover", "read_turn_log",
-           "SAMPLES_JSONL", "SAMPLES_DIR", "SESSIONS_DIR"]
+__all__ = ["TurnLog", "safe_name", "write_samples", "read_samples", "recover", "read_turn_log", "mark_ended",
+           "ended_ids", "exported_ids", "done_ids", "SAMPLES_JSONL", "SAMPLES_DIR", "SESSIONS_DIR", "ENDED_JSONL"]
 
 log = logging.getLogger(__name__)
 
 SESSIONS_DIR = "sessions"
+ENDED_JSONL = "ended.jsonl"
 SAMPLES_JSONL = "samples.jsonl"
 SAMPLES_DIR = "samples"
 TURNS_SUFFIX = ".turns.jsonl"
@@ -112,6 +122,13 @@ class TurnLog:
             _append_lines(path, [line])
         return path
 
+    def mark_ended(self, session_id: str, how: str) -> None:
+        """Record durably that ``session_id`` ended (finished, deleted, recovered)."""
+        mark_ended(self.directory, [session_id], how, lock=self._lock)
+
+    def ended_ids(self) -> set[str]:
+        return ended_ids(self.directory)
+
     def read(self, session_id: str) -> list[TurnRecord]:
         return read_turn_log(self.path_for(session_id))
 
@@ -157,16 +174,60 @@ def read_turn_log(path: str | os.PathLike) -> list[TurnRecord]:
     return records
 
 
+def mark_ended(directory: str | os.PathLike, session_ids: Iterable[str], how: str, *,
+               lock: threading.Lock | None = None) -> None:
+    """Append one ``ended.jsonl`` line per id (fsynced)."""
+    lines = [json.dumps({"session_id": sid, "how": how}, ensure_ascii=False, separators=(",", ":"))
+             for sid in session_ids]
+    if not lines:
+        return
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if lock is None:
+        _append_lines(directory / ENDED_JSONL, lines)
+    else:
+        with lock:
+            _append_lines(directory / ENDED_JSONL, lines)
+
+
+def ended_ids(directory: str | os.PathLike) -> set[str]:
+    """The ids ``DIR/ended.jsonl`` names (finished, deleted or recovered sessions)."""
+    path = Path(directory) / ENDED_JSONL
+    if not path.is_file():
+        return set()
+    return {obj["session_id"] for obj in _json_lines(path) if isinstance(obj.get("session_id"), str)}
+
+
+def exported_ids(directory: str | os.PathLike) -> set[str]:
+    """The session ids ``DIR/samples.jsonl`` holds samples of."""
+    path = Path(directory) / SAMPLES_JSONL
+    if not path.is_file():
+        return set()
+    return {obj["session_id"] for obj in _json_lines(path) if isinstance(obj.get("session_id"), str)}
+
+
+def done_ids(*directories: str | os.PathLike) -> set[str]:
+    """Sessions that are done in any of ``directories``: ended, or with samples exported."""
+    out: set[str] = set()
+    for d in directories:
+        out |= ended_ids(d) | exported_ids(d)
+    return out
+
+
 def recover(directory: str | os.PathLike, *, reward: float | None = None, status: str | None = "aborted",
             rollout_id: str | None = None, reward_policy: str = "full",
-            decode: Callable[[list[int]], str] | None = None) -> list[Sample]:
-    """Samples rebuilt from every turn log under ``directory`` (the converter after a crash).
+            decode: Callable[[list[int]], str] | None = None, skip: Iterable[str] = ()) -> list[Sample]:
+    """Samples rebuilt from every turn log under ``directory`` (the converter after a crash),
+    except the sessions in ``skip`` (pass :func:`done_ids` to leave finished sessions alone).
 
     Each session's samples get ``reward`` (None: not scored) and status ``status``
     ("aborted" by default; None derives it from each leaf's finish reason).
     """
     samples: list[Sample] = []
+    skipped = set(skip)
     for sid, records in sorted(TurnLog(directory).sessions().items()):
+        if sid in skipped:
+            continue
         samples.extend(build_samples(records, reward=reward, rollout_id=rollout_id, reward_policy=reward_policy,
                                      status_override=status, decode=decode, metadata={"recovered": True}))
     return samples
