@@ -37,13 +37,14 @@ def say(text: str, session: str | None = None, **extra: Any) -> dict[str, Any]:
 
 
 def processes_with_env(entry: str) -> list[int]:
-    """Host pids whose environment holds ``entry`` (e.g. ``ANTHROPIC_AUTH_TOKEN=<session>``)."""
+    """Host pids whose environment holds ``entry`` (e.g. ``ANTHROPIC_AUTH_TOKEN=<task>.<k>``), or
+    ``entry`` followed by ``.<more>`` (a rollout's key is ``<task>.<k>.<random>``)."""
     needle = entry.encode()
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                if any(e == needle or e.startswith(needle + b".") for e in (proc / "environ").read_bytes().split(b"\0")):
                     found.append(int(proc.name))
             except OSError:
                 pass

@@ -61,10 +61,14 @@ def test_rollout_command_writes_graded_samples_and_a_report(tmp_path):
 
     samples = read_samples(out / "samples.jsonl")
     assert [s.to_dict() for s in read_samples(out / "samples.parquet")] == [s.to_dict() for s in samples]
-    assert {s.session_id: s.reward for s in samples} == {"thermo-fahrenheit.0": 1.0, "pager-last-page.0": 0.0}
+    # session ids are "<task>.<k>.<128 random bits>" (unguessable keys)
+    assert {s.session_id.rsplit(".", 1)[0]: s.reward for s in samples} == {"thermo-fahrenheit.0": 1.0,
+                                                                           "pager-last-page.0": 0.0}
+    assert all(len(s.session_id.rsplit(".", 1)[1]) >= 22 for s in samples)
     assert samples[0].metadata["task_id"] in results and samples[0].rollout_id.endswith("/0")
     turns = TurnLog(out / "trajectories").sessions()
     assert verify_samples(samples, turns) == []
+    turns = {sid.rsplit(".", 1)[0]: recs for sid, recs in turns.items()}
     assert "tests passed" in turns["thermo-fahrenheit.0"][3].messages[-1]["content"] or \
         "passed" in turns["thermo-fahrenheit.0"][3].messages[-1]["content"]   # bash really ran pytest
 
@@ -125,10 +129,10 @@ def test_finished_sessions_leave_the_gateway_unless_kept(tmp_path):
         [first] = asyncio.run(run_all(tasks, RolloutConfig(budget=60, model="m"), url,
                                       on_result=lambda r, s: got.append(s)))
         assert first.status == "completed" and first.samples == 1 and len(got[0]) == 1
-        assert "slugs-lowercase.0" not in gateway.store.sessions and gateway.store.open_count == 0
+        assert not gateway.store.sessions and gateway.store.open_count == 0
         [second] = asyncio.run(run_all(tasks, RolloutConfig(budget=60, model="m", keep_sessions=True), url))
         assert second.status == "completed" and second.samples == 1
-        kept = gateway.store.get("slugs-lowercase.0")
+        kept = gateway.store.get(second.session_id)
         assert kept.closed and len(kept.turns) == 1 and gateway.store.open_count == 0
 
 
