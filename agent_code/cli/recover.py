@@ -46,7 +46,7 @@ def recover_command(
     for where in dict.fromkeys([target, directory]):
         mark_ended(where, recovered, "recovered")
     kept = len(logged & done)
-    print(f"recovered {len(samples)} samples from {len(recovered)} open sessions; left {kept} finished "
+    print(f"recovered {len(samples)} samples from {len(recovered)} sessions (open at the crash); left {kept} finished "
           f"session(s) untouched" + ("; wrote " + ", ".join(str(p) for p in written) if written else
                                       "; nothing to write"))
 
