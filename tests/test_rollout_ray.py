@@ -70,6 +70,11 @@ def test_node_gateways_guard_their_session_routes(tmp_path):
     node = NodeGateway({"engine_spec": f"scripted:{script}", "model_name": "m"}, "run-token")
     try:
         with httpx.Client(base_url=node.url(), timeout=30) as c:
+            # explicit sessions: an unknown key is refused, not opened; the admin opens "s"
+            r = c.post("/v1/messages", headers={"x-api-key": "s"},
+                       json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 401 and "s" not in node.gateway.store.sessions, r.text
+            assert c.post("/v1/sessions", headers={ADMIN_HEADER: "run-token"}, json={"session_id": "s"}).status_code == 201
             r = c.post("/v1/messages", headers={"x-api-key": "s"},
                        json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 200, r.text
