@@ -136,7 +136,10 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
     clock.lap("open")
     run: AgentRun | None = None
     inside_url: str | None = None
-    box = create_sandbox(config.sandbox, **config.sandbox_options)
+    sandbox_options = dict(config.sandbox_options)
+    if getattr(task, "image", None) and config.sandbox == "docker":   # the task's own image (SWE-bench style)
+        sandbox_options.setdefault("image", task.image)
+    box = create_sandbox(config.sandbox, **sandbox_options)
     try:
         try:
             await box.__aenter__()
@@ -179,7 +182,7 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
 
     if result.abort_reason not in ("boot", "launch") and run is not None:
         try:
-            verdict = await grade(task, result.diff, lambda: create_sandbox(config.sandbox, **config.sandbox_options),
+            verdict = await grade(task, result.diff, lambda: create_sandbox(config.sandbox, **sandbox_options),
                                   partial=config.partial)
             result.reward, result.applied_cleanly = verdict.reward, verdict.applied_cleanly
             result.tests_passed, result.tests_failed = list(verdict.passed), list(verdict.failed)

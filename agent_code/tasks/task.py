@@ -21,6 +21,9 @@ grader                exactly one of ``eval_cmd`` (exit status 0 = solved) or ``
 ``test_files``        optional globs of the files that are tests (restored before grading).
 ``test_patch``        optional unified diff adding hidden tests, applied only when grading.
 ``timeout``           optional agent budget in seconds.
+``image``             optional container image the task runs in (SWE-bench style: its repo, its
+                      interpreter and dependencies); used by the ``docker`` sandbox (which needs
+                      ``python3`` in it), ignored by ``local``.
 ``metadata``          optional free-form object.
 
 The loader checks everything it can without running anything (types, the grader, that a local
@@ -69,6 +72,7 @@ class Task:
     test_files: tuple[str, ...] = DEFAULT_TEST_FILES
     test_patch: str | None = None
     timeout: float | None = None
+    image: str | None = None                    # the docker sandbox's image for this task
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     source: str = field(default="", compare=False)   # "file:line", for error messages
 
@@ -157,11 +161,11 @@ class Task:
                    eval_cmd=eval_cmd, test_cmd=test_cmd, fail_to_pass=f2p, pass_to_pass=p2p,
                    test_files=DEFAULT_TEST_FILES if test_files is None else test_files,
                    test_patch=text("test_patch"), timeout=None if timeout is None else float(timeout),
-                   metadata=metadata, source=source)
+                   image=text("image", required="image" in data), metadata=metadata, source=source)
 
 
 _FIELDS = frozenset({"id", "repo", "base_commit", "setup", "problem_statement", "eval_cmd", "test_cmd",
-                     "FAIL_TO_PASS", "PASS_TO_PASS", "test_files", "test_patch", "timeout", "metadata"})
+                     "FAIL_TO_PASS", "PASS_TO_PASS", "test_files", "test_patch", "timeout", "image", "metadata"})
 
 
 def load_tasks(path: str | Path) -> list[Task]:
