@@ -203,3 +203,74 @@ def test_the_fake_answers_like_e2b(fake):
     assert proto.status_code == 415  # JSON codec only, like the SDK
     assert api.delete(f"/sandboxes/{sandbox['sandboxID']}", headers=key).status_code == 204
     assert api.get(f"/sandboxes/{sandbox['sandboxID']}", headers=key).status_code == 404
+
+
+# --- the gateway: a cloud VM cannot reach this machine's loopback ---------------------------------
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:8000/", "http://[::1]:9000",
+                                 "http://0.0.0.0:8000", "http://127.3.4.5:80"])
+def test_a_loopback_gateway_is_refused_with_what_to_do(fake, monkeypatch, url):
+    monkeypatch.delenv("AGENT_CODE_E2B_GATEWAY_URL", raising=False)
+
+    async def go():
+        async with e2b(fake) as box:
+            return await box.expose_gateway(url)
+
+    with pytest.raises(SandboxError) as caught:
+        run(go())
+    message = str(caught.value)
+    assert url in message and "E2B's cloud" in message
+    assert "AGENT_CODE_E2B_GATEWAY_URL" in message and "gateway_url" in message
+
+
+def test_the_public_gateway_url_given_is_what_the_agent_uses(fake, monkeypatch):
+    """The user's public URL (option, else env var) replaces the loopback one; a gateway that is
+    already public is used as it is; a public URL that is loopback after all is refused."""
+    monkeypatch.setenv("AGENT_CODE_E2B_GATEWAY_URL", "https://gw.example.org:8443/base")
+
+    async def go():
+        async with e2b(fake) as from_env, e2b(fake, gateway_url="http://203.0.113.7:8000") as from_option:
+            got = (await from_env.expose_gateway("http://127.0.0.1:8000"),
+                   await from_option.expose_gateway("http://127.0.0.1:8000"))
+        monkeypatch.delenv("AGENT_CODE_E2B_GATEWAY_URL")
+        async with e2b(fake) as plain:
+            got += (await plain.expose_gateway("http://gateway.internal:8000"),)
+        async with e2b(fake, gateway_url="http://localhost:8000") as wrong:
+            with pytest.raises(SandboxError, match="local to this machine"):
+                await wrong.expose_gateway("http://127.0.0.1:8000")
+        return got
+
+    assert run(go()) == ("https://gw.example.org:8443/base", "http://203.0.113.7:8000", "http://gateway.internal:8000")
+
+
+def test_the_agent_reaches_the_public_gateway_url_from_the_sandbox(fake, monkeypatch):
+    """Through the fake (whose commands run on this machine) the agent's command reaches the URL
+    it was given: here a test server standing in for the public gateway."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"gateway here")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # the fake's "cloud" is this machine, so a loopback address stands in for a public one here
+    monkeypatch.setattr("agent_code.sandbox.e2b.is_local_url", lambda url: False)
+    try:
+        async def go():
+            async with e2b(fake, gateway_url=f"http://127.0.0.1:{server.server_port}") as box:
+                inside = await box.expose_gateway("http://127.0.0.1:1")
+                return inside, await box.exec(
+                    f"python3 -c \"import urllib.request; print(urllib.request.urlopen('{inside}').read().decode())\"",
+                    user="agent", timeout=30)
+
+        inside, reached = run(go())
+    finally:
+        server.shutdown()
+    assert inside == f"http://127.0.0.1:{server.server_port}" and reached.stdout.strip() == "gateway here"

@@ -18,6 +18,14 @@ Users: the protocol's ``root`` is E2B's ``root``, ``agent`` is E2B's unprivilege
 (HTTP Basic ``user:`` on envd). ``home`` is that user's ``$HOME`` as the sandbox reports it on
 entry (``/home/user`` on E2B); ``workdir`` defaults to ``<home>/workspace``.
 
+The gateway: an E2B sandbox runs in E2B's cloud, so the orchestrator's loopback gateway
+(``http://127.0.0.1:PORT``) cannot be reached from it. :meth:`E2BSandbox.expose_gateway` uses
+the public gateway URL the user gives — ``AGENT_CODE_E2B_GATEWAY_URL`` (what ``agent-code
+rollout --sandbox e2b`` reads), or the ``gateway_url`` option (``RolloutConfig.sandbox_options``)
+— e.g. a ``serve`` on a reachable host or a tunnel to this machine's gateway; the agent's
+session key is the only credential it needs there. A loopback or unspecified address (as given,
+or as the only URL there is) is refused with a :class:`SandboxError` saying what to set.
+
 ``exec`` runs the command under ``timeout -s KILL`` in the VM (its whole process group dies at
 the deadline, see :func:`~agent_code.sandbox.docker.killing_timeout`); should the command's
 stream outlive that by ``TIMEOUT_GRACE`` the process is killed over envd. ``upload`` of a
@@ -50,6 +58,23 @@ from agent_code.sandbox.docker import (
 )
 
 E2B_USERS = {"root": "root", "agent": "user"}
+GATEWAY_ENV = "AGENT_CODE_E2B_GATEWAY_URL"
+
+
+def is_local_url(url: str) -> bool:
+    """Whether ``url`` names this machine only (loopback, ``localhost``, an unspecified address):
+    an address a cloud sandbox cannot reach."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("", "localhost") or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified or address.is_link_local
 
 
 def e2b_user(user: str) -> str:
@@ -62,8 +87,9 @@ class E2BSandbox(PollingJobs):
     def __init__(self, template: str = "base", api_key: str | None = None, api_url: str | None = None,
                  domain: str | None = None, *, sandbox_url: str | None = None, workdir: str | None = None,
                  lifetime: int = 3600, request_timeout: float = 60.0, envs: Mapping[str, str] | None = None,
-                 metadata: Mapping[str, str] | None = None) -> None:
+                 metadata: Mapping[str, str] | None = None, gateway_url: str | None = None) -> None:
         self.template = template
+        self.gateway_url = gateway_url or os.environ.get(GATEWAY_ENV) or None
         connection = {"api_key": api_key, "api_url": api_url, "domain": domain, "sandbox_url": sandbox_url}
         self.connection = {k: v for k, v in connection.items() if v is not None}
         self.lifetime = lifetime
@@ -225,5 +251,19 @@ class E2BSandbox(PollingJobs):
         target = shlex.quote(resolve(path, self.workdir))
         await self._must(f"chown -R user: {target}", "root", f"could not give {path} to the agent")
 
-    async def expose_gateway(self, url: str) -> str:  # TODO(issue 12): relay into the sandbox's own network
-        return url
+    async def expose_gateway(self, url: str) -> str:
+        """The URL the agent in the E2B VM uses for the gateway this machine reaches at ``url``:
+        the public ``gateway_url`` given by the user when there is one, else ``url`` itself if
+        it is not local to this machine; a loopback one is a :class:`SandboxError` saying what
+        to set (nothing here can carry a cloud VM's traffic to this machine's loopback)."""
+        from agent_code.sandbox.relay import gateway_address
+
+        public = self.gateway_url or url
+        gateway_address(public)   # http(s)://HOST[:PORT], else a SandboxError
+        if is_local_url(public):
+            raise SandboxError(
+                f"the gateway at {public} is local to this machine and an E2B sandbox runs in E2B's cloud, so it "
+                f"cannot reach it: serve the gateway at an address the sandbox can reach (e.g. `agent-code serve` on a "
+                f"public host, or a tunnel to this one) and pass it as the sandbox option gateway_url=URL or "
+                f"{GATEWAY_ENV}=URL")
+        return public
