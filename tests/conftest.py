@@ -35,3 +35,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
 def no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The real Docker engine, started, and the project's sandbox image, built, by the documented
+    set-up (scripts/docker-setup.sh); skips loudly where no engine can be started (docker_fixtures)."""
+    from docker_fixtures import docker_image as set_up
+
+    return set_up()

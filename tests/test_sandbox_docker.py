@@ -4,8 +4,11 @@
 * the backend driven through a stand-in for the Docker SDK (``LocalDocker`` below: the container
   is this machine, exec a subprocess, put/get_archive real tar files), so its logic runs
   everywhere — including a dead engine socket giving a clear ``SandboxError``;
-* the backend against a real engine, skipped (with the reason) when ``docker.from_env().ping()``
-  fails.
+* the backend against a real engine and the project's image, set up the documented way
+  (scripts/docker-setup.sh, through the ``docker_image`` fixture: skipped, loudly, only where no
+  engine can be started), including what the sandbox must hold: no host file visible, nothing
+  written that outlives the container, no host service reachable but the gateway, an agent
+  without privileges.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import io
 import os
 import pwd
+import shlex
 import subprocess
 import tarfile
 import time
@@ -37,23 +41,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def engine_problem() -> str | None:
-    try:
-        import docker
-    except ImportError:
-        return "the docker SDK is not installed (pip install 'agent-code[remote]')"
-    try:
-        client = docker.from_env()
-        client.ping()
-        client.close()
-    except Exception as e:  # noqa: BLE001 - any failure means: no engine to test against
-        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        return f"no Docker engine reachable at {where} ({type(e).__name__})"
-    return None
-
-
-ENGINE_PROBLEM = engine_problem()
-needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
+needs_engine = pytest.mark.usefixtures("docker_image")
 
 
 # --- pure helpers ----------------------------------------------------------------------------
@@ -293,3 +281,121 @@ def test_engine_jobs_and_removal():
     assert killed.timed_out and killed.stdout == "begun\n" and left.stdout.strip() == "0"
     with pytest.raises(docker.errors.NotFound):
         docker.from_env().containers.get(f"agent-code-{box.id}")
+
+
+# --- what the sandbox holds (issue 12): a real container, a real relay, real host services --------
+
+class _Answer:
+    """A loopback HTTP server on this machine that answers every GET with ``text``."""
+
+    def __init__(self, text: str) -> None:
+        import http.server
+        import threading
+
+        body = text.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+FETCH = ("python3 -c \"import sys, urllib.request\n"
+         "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n"
+         "except Exception as e:\n    print('unreachable', type(e).__name__)\" ")
+
+
+RAW_GET = ("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', %d)); "
+           "s.sendall(b'GET http://127.0.0.1:%d/ HTTP/1.0\\\\r\\\\n\\\\r\\\\n'); "
+           "print(b''.join(iter(lambda: s.recv(4096), b'')).decode(errors='replace'))\"")
+
+
+@needs_engine
+def test_the_container_holds_files_network_and_privileges(tmp_path):
+    """One agent in a real container: it reaches its gateway (relayed to its own loopback) and no
+    other service of this machine, sees no host file, runs without privileges; what it writes
+    dies with the container (a second sandbox and this machine see none of it)."""
+    import secrets
+
+    canary = secrets.token_hex(16)
+    host_canary = tmp_path / "canary.txt"               # outside any workspace, world-readable
+    host_canary.write_text(canary)
+    host_canary.chmod(0o644)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('in the workspace')\n")
+    gateway, other = _Answer("the gateway"), _Answer(f"secret {canary}")
+    mark = f"written-by-{canary}"
+
+    async def go():
+        async with create_sandbox("docker") as box:
+            await box.upload(str(repo), box.workdir, user="agent")
+            inside = await box.expose_gateway(gateway.url)
+            agent = lambda cmd: box.exec(cmd, user="agent", timeout=60)   # noqa: E731
+            seen = {
+                "workspace": await agent("python3 app.py"),
+                "gateway": await agent(FETCH + shlex.quote(inside)),
+                "gateway-keepalive": await agent(FETCH + shlex.quote(inside + "/v1/models")),
+                "other-at-its-port": await agent(FETCH + shlex.quote(other.url)),
+                "other-via-relay-host": await agent(RAW_GET % (gateway.port, other.port)),   # Host: the other one
+                "canary": await agent(f"cat {shlex.quote(str(host_canary))} 2>&1; "
+                                      f"grep -rl {canary} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr 2>/dev/null; true"),
+                "interfaces": await agent("cat /proc/net/dev"),
+                "relay-socket": await agent("ls /run/agent-code 2>&1; python3 -c \"import socket; "
+                                            "socket.socket(socket.AF_UNIX).connect('/run/agent-code/gateway.sock')\" "
+                                            "2>&1 | tail -1"),
+                "whoami": await agent("id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status"),
+                "root-caps": await box.exec("grep -E '^CapBnd' /proc/self/status"),
+                "mounts": await agent("cat /proc/mounts"),
+                "writes": await agent(f"echo {mark} > /tmp/{mark}; echo {mark} > {box.home}/{mark}; "
+                                      f"echo {mark} > {box.workdir}/{mark}; echo {mark} > /dev/shm/{mark}; "
+                                      f"echo {mark} > /run/agent-code/{mark} 2>&1; ls /tmp"),
+            }
+        async with create_sandbox("docker") as later:
+            seen["later"] = await later.exec(f"grep -rl {mark} / --exclude-dir=proc --exclude-dir=sys "
+                                             "--exclude-dir=usr 2>/dev/null; true", timeout=120)
+        return seen
+
+    try:
+        seen = run(go())
+    finally:
+        gateway.close()
+        other.close()
+    out = {k: v.stdout for k, v in seen.items()}
+    assert out["workspace"] == "in the workspace\n"
+    assert out["gateway"].strip() == out["gateway-keepalive"].strip() == "the gateway"
+    assert out["other-at-its-port"].startswith("unreachable") and canary not in out["other-at-its-port"]
+    assert "the gateway" in out["other-via-relay-host"] and canary not in out["other-via-relay-host"]
+    assert canary not in out["canary"] and "No such file" in out["canary"]
+    assert [line.split(":")[0].strip() for line in out["interfaces"].splitlines()[2:]] == ["lo"]
+    assert "Permission denied" in out["relay-socket"]
+    whoami = out["whoami"].split()
+    assert whoami[0] != "0" and "CapEff:\t0000000000000000" in out["whoami"] and "NoNewPrivs:\t1" in out["whoami"]
+    caps = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7}
+    assert int(out["root-caps"].split()[-1], 16) == sum(1 << bit for bit in caps.values())   # root: only these
+    host_paths = [line.split()[1] for line in out["mounts"].splitlines() if line.split()[2] in ("ext4", "xfs", "btrfs")]
+    # the container's own root (vfs: a private copy of the image), docker's init and per-container
+    # /etc files, and the relay's directory: nothing else of this machine's disks
+    assert set(host_paths) <= {"/", "/usr/sbin/docker-init", "/run/agent-code", "/etc/resolv.conf", "/etc/hostname",
+                               "/etc/hosts"}, host_paths
+    assert mark in out["writes"] and seen["writes"].exit_code == 0
+    assert out["later"].strip() == ""                                   # a later sandbox sees nothing
+    assert not Path(f"/tmp/{mark}").exists() and not list(tmp_path.rglob(f"*{mark}*"))
+    import subprocess as sp
+
+    found = sp.run(["grep", "-rl", mark, "/tmp", "/home", "/root", "/var/tmp", "/dev/shm"], capture_output=True)
+    assert found.stdout == b""                                          # nor this machine

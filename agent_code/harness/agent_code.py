@@ -1,21 +1,31 @@
 """agent-code itself as the rollout agent: ``python -m agent_code -p`` with stream-json output.
 
 On the local sandbox it runs on this machine's interpreter and package (made reachable to the
-agent user); on a remote sandbox ``pip install`` puts it there (``AGENT_CODE_PIP_SPEC``
-overrides what is installed). Its stream-json output (one event per line: ``system/init``,
+agent user). Elsewhere (docker, e2b) this checkout is built as a wheel once per process
+(:func:`~agent_code.harness.base.project_wheel`), uploaded and installed with ``pip install
+--no-deps --no-index`` into the sandbox's ``python3``: no download there (a docker sandbox has
+no network); the client's own dependencies (anthropic, typer, rich, httpx, prompt_toolkit) come
+with the image (``scripts/docker-setup.sh`` puts them in the project's image), and an image
+without them is a clear launch error. ``AGENT_CODE_PIP_SPEC`` installs that pip spec instead
+(with its dependencies: a sandbox with network only). Its stream-json output (one event per line: ``system/init``,
 ``assistant``, ``tool_use``, ``tool_result``, ``result``) is the run log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import sys
 from pathlib import Path
 
 import agent_code
-from agent_code.harness.base import CliHarness, HarnessError, Launch
+from agent_code.harness.base import CliHarness, HarnessError, Launch, project_wheel
 from agent_code.sandbox.base import Sandbox
+
+
+# what `python3 -m agent_code -p --provider anthropic` needs to start, checked as the agent
+CLIENT_CHECK = "python3 -c 'import agent_code.cli, anthropic, typer, rich, httpx, prompt_toolkit'"
 
 
 class AgentCodeHarness(CliHarness):
@@ -30,11 +40,26 @@ class AgentCodeHarness(CliHarness):
                 box.provide(path)  # type: ignore[attr-defined]
             self.python = sys.executable
             return
-        spec = os.environ.get("AGENT_CODE_PIP_SPEC", "agent-code")
-        result = await box.exec(f"python3 -c 'import agent_code' 2>/dev/null || "
-                                f"python3 -m pip install -q {shlex.quote(spec)}", timeout=900)
+        self.python = "python3"
+        spec = os.environ.get("AGENT_CODE_PIP_SPEC")
+        if spec:
+            install = f"python3 -m pip install -q {shlex.quote(spec)}"
+        else:
+            wheel = await asyncio.to_thread(project_wheel)
+            target = f"/tmp/agent-code-wheel/{wheel.name}"
+            await box.upload(str(wheel), target)
+            install = f"python3 -m pip install -q --no-deps --no-index --force-reinstall {shlex.quote(target)}"
+            spec = f"this checkout's wheel ({wheel.name})"
+        env = {"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+               "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_WARN_SCRIPT_LOCATION": "1"}
+        result = await box.exec(install, env=env, cwd="/", timeout=900)
         if not result.ok:
-            raise HarnessError(f"pip install {spec} failed in the sandbox: {result.output()}")
+            raise HarnessError(f"pip install of {spec} failed in the sandbox: {result.output()}")
+        check = await box.exec(f"{CLIENT_CHECK}", user="agent", cwd="/", timeout=120)
+        if not check.ok:
+            raise HarnessError("agent-code is installed in the sandbox but its client cannot start there; the image "
+                               "needs its dependencies (anthropic, typer, rich, httpx, prompt_toolkit): use the "
+                               f"project's image (bash scripts/docker-setup.sh) or one built on it: {check.output()}")
 
     def command(self, launch: Launch) -> str:
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
@@ -43,5 +68,8 @@ class AgentCodeHarness(CliHarness):
         return f"{shlex.join(argv)} < {shlex.quote(launch.prompt_path)}"
 
     def env(self, launch: Launch) -> dict[str, str]:
-        return {"ANTHROPIC_AUTH_TOKEN": launch.session_id, "ANTHROPIC_BASE_URL": launch.base_url,
-                "PYTHONUNBUFFERED": "1", "PATH": str(Path(self.python).parent)}
+        env = {"ANTHROPIC_AUTH_TOKEN": launch.session_id, "ANTHROPIC_BASE_URL": launch.base_url,
+               "PYTHONUNBUFFERED": "1"}
+        if os.path.isabs(self.python):   # this machine's interpreter (local): its bin dir only
+            env["PATH"] = str(Path(self.python).parent)
+        return env

@@ -16,6 +16,7 @@ time budget (killed as a group at the budget), and return an :class:`AgentRun`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import shutil
@@ -99,3 +100,115 @@ class CliHarness:
 def cat_prompt(launch: Launch) -> str:
     """A shell word that expands to the problem statement (read from the file in the sandbox)."""
     return f'"$(cat {shlex.quote(launch.prompt_path)})"'
+
+
+# --- provisioning a CLI in a sandbox other than ``local`` -------------------------------------
+#
+# A docker sandbox has no network (``--network none``): nothing can be downloaded inside it. So
+# the project's image carries the npm CLIs (scripts/docker-setup.sh installs the pinned versions
+# globally) and agent-code comes from this checkout's own wheel, uploaded. An image without a
+# CLI (a task's own image) gets this machine's copy uploaded: the npm package from the test
+# peers' ``node_modules`` (and this machine's ``node`` when the image has no node >= 20).
+
+UPLOAD_ROOT = "/opt/agent-code"
+
+
+async def has_command(box: Sandbox, name: str) -> bool:
+    return (await box.exec(f"command -v {shlex.quote(name)} >/dev/null", timeout=60)).ok
+
+
+async def ensure_node(box: Sandbox) -> str:
+    """A node >= 20 in the sandbox: the image's, else this machine's uploaded. Its path."""
+    probe = await box.exec("node -p 'process.versions.node.split(\".\")[0]' 2>/dev/null", timeout=60)
+    if probe.ok and probe.stdout.strip().isdigit() and int(probe.stdout.strip()) >= 20:
+        return "node"
+    host = shutil.which("node")
+    if host is None:
+        raise HarnessError("the sandbox has no node >= 20 and this machine has no node to upload")
+    target = f"{UPLOAD_ROOT}/bin/node"
+    await box.upload(str(Path(host).resolve()), target)
+    check = await box.exec(f"{target} -p 'process.versions.node'", timeout=60)
+    if not check.ok:
+        raise HarnessError(f"this machine's node does not run in the sandbox's image: {check.output()}")
+    return target
+
+
+async def ensure_npm_cli(box: Sandbox, binary: str, spec: str, host_binary: str | None) -> list[str]:
+    """The argv that runs the npm CLI ``binary`` (pinned ``spec``, e.g. ``@openai/codex@0.171.0``)
+    inside a sandbox that is not ``local``: the image's own when it has one on PATH; else, where
+    the sandbox can download (E2B), ``npm install -g``; else this machine's npm install
+    (``host_binary``: its ``node_modules/.bin`` entry) uploaded, with its package scope."""
+    if await has_command(box, binary):
+        return [binary]
+    if box.name != "docker" and await has_command(box, "npm"):
+        result = await box.exec(f"npm install -g --no-audit --no-fund {shlex.quote(spec)}", timeout=900)
+        if not result.ok:
+            raise HarnessError(f"npm install {spec} failed in the sandbox: {result.output()}")
+        return [binary]
+    if host_binary is None:
+        raise HarnessError(f"the sandbox's image has no `{binary}` and it cannot be downloaded there (no network); "
+                           f"build the image with `bash scripts/docker-setup.sh` (it installs {spec}), or install "
+                           f"{spec} on this machine (scripts/test.sh puts it in .cache/node) to have it uploaded")
+    entry = Path(host_binary).resolve()
+    modules = next((p for p in entry.parents if p.name == "node_modules"), None)
+    if modules is None:
+        raise HarnessError(f"{host_binary} is not inside a node_modules directory: cannot upload it")
+    package_dir = entry.relative_to(modules).parts
+    scope = package_dir[0]   # "@openai": the package and its platform-specific optional packages
+    node = await ensure_node(box)
+    await box.upload(str(modules / scope), f"{UPLOAD_ROOT}/node_modules/{scope}")
+    return [node, f"{UPLOAD_ROOT}/node_modules/{entry.relative_to(modules).as_posix()}"]
+
+
+_wheel_lock: Any = None   # a threading.Lock, made on first use
+_wheels: dict[str, Path] = {}
+
+
+def project_wheel(repo: Path | None = None) -> Path:
+    """This checkout of agent-code built as a wheel, once per process (cached under
+    ``.cache/wheels``): from a clean copy of the sources, so no stale ``build/`` leaks in, with
+    ``pip wheel --no-deps --no-build-isolation`` (offline: setuptools from this environment)."""
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    repo = (repo or Path(__file__).resolve().parents[2]).resolve()
+    key = str(repo)
+    global _wheel_lock
+    if _wheel_lock is None:
+        _wheel_lock = threading.Lock()
+    with _wheel_lock:
+        if key in _wheels and _wheels[key].exists():
+            return _wheels[key]
+        out = repo / ".cache" / "wheels"
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="agent-code-wheel-") as tmp:
+            src = Path(tmp) / "src"
+            src.mkdir()
+            for name in ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in"):
+                if (repo / name).exists():
+                    shutil.copy2(repo / name, src / name)
+            shutil.copytree(repo / "agent_code", src / "agent_code",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+            import hashlib
+
+            digest = hashlib.sha256()
+            for path in sorted(p for p in src.rglob("*") if p.is_file()):
+                digest.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+            cached = sorted((out / digest.hexdigest()[:16]).glob("agent_code-*.whl"))
+            if cached:   # the same sources were built before (another process)
+                _wheels[key] = cached[0]
+                return cached[0]
+            built = Path(tmp) / "dist"
+            proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                                   "--no-index", "-q", "-w", str(built), str(src)],
+                                  capture_output=True, text=True, timeout=600)
+            wheels = sorted(built.glob("agent_code-*.whl"))
+            if proc.returncode != 0 or not wheels:
+                raise HarnessError(f"building agent-code's wheel failed: {(proc.stdout + proc.stderr)[-2000:]}")
+            (out / digest.hexdigest()[:16]).mkdir(exist_ok=True)
+            target = out / digest.hexdigest()[:16] / wheels[0].name
+            shutil.move(str(wheels[0]), target)
+        _wheels[key] = target
+        return target

@@ -19,7 +19,7 @@ import os
 import shlex
 from pathlib import Path
 
-from agent_code.harness.base import CliHarness, HarnessError, Launch, cat_prompt, find_host_binary
+from agent_code.harness.base import CliHarness, HarnessError, Launch, ensure_npm_cli, cat_prompt, find_host_binary
 from agent_code.sandbox.base import Sandbox
 
 NPM_SPEC = "@anthropic-ai/claude-code@2.1.197"
@@ -35,7 +35,7 @@ class ClaudeCodeHarness(CliHarness):
     name = "claude-code"
 
     def __init__(self) -> None:
-        self.binary = "claude"
+        self.launcher = ["claude"]
 
     async def install(self, box: Sandbox) -> None:
         if box.name == "local":
@@ -45,13 +45,10 @@ class ClaudeCodeHarness(CliHarness):
                                    "or set AGENT_CODE_CLAUDE to its binary")
             real = Path(found).resolve()
             box.provide(real.parent)  # type: ignore[attr-defined]
-            self.binary = str(real)
+            self.launcher = [str(real)]
             return
-        spec = os.environ.get("CLAUDE_CODE_NPM_SPEC", NPM_SPEC)
-        result = await box.exec(f"command -v claude >/dev/null || npm install -g --no-audit --no-fund "
-                                f"{shlex.quote(spec)}", timeout=900)
-        if not result.ok:
-            raise HarnessError(f"npm install {spec} failed in the sandbox: {result.output()}")
+        argv = await ensure_npm_cli(box, "claude", os.environ.get("CLAUDE_CODE_NPM_SPEC", NPM_SPEC), host_claude())
+        self.launcher = argv
 
     async def configure(self, box: Sandbox, launch: Launch) -> None:
         settings = {"permissions": {"defaultMode": "bypassPermissions"}, "skipDangerousModePermissionPrompt": True,
@@ -63,7 +60,7 @@ class ClaudeCodeHarness(CliHarness):
         await box.give_to_agent(f"{launch.home}/.claude")
 
     def command(self, launch: Launch) -> str:
-        argv = [self.binary, "-p", "--output-format", "stream-json", "--verbose",
+        argv = [*self.launcher, "-p", "--output-format", "stream-json", "--verbose",
                 "--permission-mode", "bypassPermissions", "--model", launch.model]
         return f"{shlex.join(argv)} {cat_prompt(launch)}"
 

@@ -54,7 +54,7 @@ import platform
 import shlex
 from pathlib import Path
 
-from agent_code.harness.base import CliHarness, HarnessError, Launch, find_host_binary
+from agent_code.harness.base import CliHarness, HarnessError, Launch, ensure_npm_cli, find_host_binary
 from agent_code.sandbox.base import Sandbox
 
 NPM_SPEC = "@openai/codex@0.171.0"
@@ -122,7 +122,7 @@ class CodexHarness(CliHarness):
     protocol = "openai-responses"
 
     def __init__(self) -> None:
-        self.binary = "codex"
+        self.launcher = ["codex"]
 
     async def install(self, box: Sandbox) -> None:
         if box.name == "local":
@@ -132,13 +132,10 @@ class CodexHarness(CliHarness):
                                    "or set AGENT_CODE_CODEX to its binary")
             native = native_codex(found)
             box.provide(native.parent.parent)  # type: ignore[attr-defined]  # bin/ and codex-resources/
-            self.binary = str(native)
+            self.launcher = [str(native)]
             return
-        spec = os.environ.get("CODEX_NPM_SPEC", NPM_SPEC)
-        result = await box.exec(f"command -v codex >/dev/null || npm install -g --no-audit --no-fund "
-                                f"{shlex.quote(spec)}", timeout=900)
-        if not result.ok:
-            raise HarnessError(f"npm install {spec} failed in the sandbox: {result.output()}")
+        argv = await ensure_npm_cli(box, "codex", os.environ.get("CODEX_NPM_SPEC", NPM_SPEC), host_codex())
+        self.launcher = argv
 
     async def configure(self, box: Sandbox, launch: Launch) -> None:
         codex_home = f"{launch.home}/.codex"
@@ -150,7 +147,7 @@ class CodexHarness(CliHarness):
         await box.give_to_agent(codex_home)
 
     def command(self, launch: Launch) -> str:
-        argv = [self.binary, "exec", "--json", "--skip-git-repo-check", "--color", "never",
+        argv = [*self.launcher, "exec", "--json", "--skip-git-repo-check", "--color", "never",
                 "-C", launch.workdir, "-m", launch.model, "-"]
         return f"{shlex.join(argv)} < {shlex.quote(launch.prompt_path)}"
 

@@ -40,7 +40,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from agent_code.harness.base import CliHarness, HarnessError, Launch, find_host_binary
+from agent_code.harness.base import CliHarness, HarnessError, Launch, ensure_npm_cli, find_host_binary
 from agent_code.sandbox.base import Sandbox
 
 NPM_SPEC = "@qwen-code/qwen-code@0.24.4"
@@ -82,11 +82,7 @@ class QwenCodeHarness(CliHarness):
             box.provide(node_path)  # type: ignore[attr-defined]
             self.argv = [str(node_path), str(entry)]
             return
-        spec = os.environ.get("QWEN_CODE_NPM_SPEC", NPM_SPEC)
-        result = await box.exec(f"command -v qwen >/dev/null || npm install -g --no-audit --no-fund "
-                                f"{shlex.quote(spec)}", timeout=900)
-        if not result.ok:
-            raise HarnessError(f"npm install {spec} failed in the sandbox: {result.output()}")
+        self.argv = await ensure_npm_cli(box, "qwen", os.environ.get("QWEN_CODE_NPM_SPEC", NPM_SPEC), host_qwen())
 
     async def configure(self, box: Sandbox, launch: Launch) -> None:
         await box.write_file(f"{launch.home}/.qwen/settings.json", json.dumps(SETTINGS, indent=2), user="agent")

@@ -1,9 +1,33 @@
 """The Docker sandbox: one throw-away container per sandbox, driven through the Docker SDK.
 
-``DockerSandbox(image)`` creates a container on ``__aenter__`` that only sleeps (``sleep
-infinity`` as its entrypoint, ``docker-init`` as PID 1 to reap orphans), adds an unprivileged
-``agent`` user (``useradd``, home ``/home/agent``) unless the image has one, and gives it the
-working directory (``/workspace``). Everything else goes through the engine's API:
+The default image is the project's own, ``agent-code-sandbox:latest`` (``AGENT_CODE_DOCKER_IMAGE``
+overrides it), built by ``scripts/docker-setup.sh``: Debian bookworm with python3 3.11, pytest,
+git, node 20 and the Claude Code, Codex and Qwen Code CLIs; a task may name its own ``image``
+(SWE-bench style). The project's image is never pulled (there is no registry to pull it from):
+a missing one is a :class:`SandboxError` saying to run the set-up script.
+
+What a container is, and what that guarantees:
+
+* **its own network namespace with loopback only** (``network_mode="none"``): no host service,
+  no other container, no internet. The gateway is reached through a relay
+  (:meth:`DockerSandbox.expose_gateway`): the host end (:class:`~agent_code.sandbox.relay.
+  GatewayRelay`) listens on a Unix socket in a per-sandbox host directory (0700, root's) — the
+  container's only bind mount, read-only, at ``/run/agent-code`` — and connects to the gateway
+  and nowhere else; the container end (``relay_inside.py``, stdlib only, copied in) runs as
+  root and listens on the container's own ``127.0.0.1:PORT``. The agent uses
+  ``http://127.0.0.1:PORT``: its gateway, and nothing else of this machine.
+* **its own root filesystem** (the image's, copied): no host file is visible, and everything
+  the agent writes dies with the container; grading runs in a fresh container of its own, so
+  hidden tests are never where the agent is.
+* **an unprivileged agent**: ``agent`` (added with ``useradd`` unless the image has one) owns
+  ``/workspace`` and ``/home/agent``; every capability is dropped except the few root's set-up
+  needs (``chown``, ``dac_override``, ``fowner``, ``setuid``, ``setgid``, ``kill``), none of
+  which an unprivileged exec holds, ``no-new-privileges`` stops set-uid programs from regaining
+  any, and a pids limit (``pids_limit``) bounds fork bombs; ``mem_limit`` / ``nano_cpus`` are
+  options.
+
+The container only sleeps (``sleep infinity`` as its entrypoint, ``docker-init`` as PID 1 to
+reap orphans). Everything else goes through the engine's API:
 
 * ``exec`` is a Docker *exec* (``exec_run``) with ``user=``, ``environment=`` and ``workdir=``;
   its timeout is enforced inside the container by ``timeout -s KILL``, which kills the
@@ -12,11 +36,13 @@ working directory (``/workspace``). Everything else goes through the engine's AP
   owned by the writing user; ``read_file`` unpacks ``get_archive``'s.
 * detached jobs are :class:`~agent_code.sandbox.base.PollingJobs` (``setsid`` + marker file),
   killed with a ``kill`` that dash accepts too (:func:`kill_group_command`).
-* ``__aexit__`` removes the container with ``force=True``, which kills whatever still runs.
+* ``__aexit__`` removes the container with ``force=True``, which kills whatever still runs,
+  stops the relay and removes the per-sandbox host directory.
 
 The ``docker`` package is imported lazily, so importing this module never needs it, and every
 blocking SDK call runs in a thread (``asyncio.to_thread``). An engine that cannot be reached is a
-:class:`SandboxError` naming where it was looked for (``DOCKER_HOST`` or the default socket).
+:class:`SandboxError` naming where it was looked for (``DOCKER_HOST`` or the default socket). The
+engine must run on this machine (the relay's socket directory is a bind mount).
 
 The pure helpers at the top (timeouts, tar archives) are shared with the E2B backend.
 """
@@ -29,8 +55,10 @@ import math
 import os
 import secrets
 import shlex
+import shutil
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +67,23 @@ from typing import Any, Self
 from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
+PROJECT_IMAGE = "agent-code-sandbox"          # built by scripts/docker-setup.sh
+DEFAULT_IMAGE = f"{PROJECT_IMAGE}:latest"
+SETUP_COMMAND = "bash scripts/docker-setup.sh"
+RELAY_DIR = "/run/agent-code"                 # the per-sandbox host directory, inside (read-only)
+RELAY_SOCKET = f"{RELAY_DIR}/gateway.sock"
+RELAY_SCRIPT = "/usr/local/lib/agent-code/relay_inside.py"
+# what root's set-up needs inside the container (chown the workspace, useradd, kill a job's group,
+# read and write files whatever their modes); an unprivileged exec holds none of them
+ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL")
+
+
+def default_image() -> str:
+    return os.environ.get("AGENT_CODE_DOCKER_IMAGE") or DEFAULT_IMAGE
+
+
+def is_project_image(image: str) -> bool:
+    return image.partition(":")[0] == PROJECT_IMAGE
 TIMEOUT_GRACE = 30.0   # how long past a command's own timeout the caller waits for its exec to end
 
 
@@ -118,24 +163,29 @@ def resolve(path: str, workdir: str) -> str:
 class DockerSandbox(PollingJobs):
     name = "docker"
 
-    def __init__(self, image: str = "python:3.11-slim", *, workdir: str = "/workspace",
+    def __init__(self, image: str | None = None, *, workdir: str = "/workspace",
                  home: str = "/home/agent", agent_user: str = "agent", base_url: str | None = None,
-                 pull: bool = True, network_mode: str | None = None, mem_limit: str | None = None,
-                 nano_cpus: int | None = None, env: Mapping[str, str] | None = None,
+                 pull: bool = True, network_mode: str = "none", mem_limit: str | None = None,
+                 nano_cpus: int | None = None, pids_limit: int | None = 4096, env: Mapping[str, str] | None = None,
                  run_options: Mapping[str, Any] | None = None) -> None:
-        self.image = image
+        self.image = image or default_image()
         self.workdir, self.home = workdir, home
         self.agent_user = agent_user
         self.base_url = base_url
-        self.pull = pull
+        self.pull = pull and not is_project_image(self.image)   # the project's image is built, not pulled
         self.env = dict(env or {})
-        limits = {"network_mode": network_mode, "mem_limit": mem_limit, "nano_cpus": nano_cpus}
-        self.run_options = {k: v for k, v in limits.items() if v is not None}
+        limits = {"network_mode": network_mode, "mem_limit": mem_limit, "nano_cpus": nano_cpus,
+                  "pids_limit": pids_limit}
+        self.run_options: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
+        self.run_options.update(cap_drop=["ALL"], cap_add=list(ROOT_CAPS), security_opt=["no-new-privileges:true"])
         self.run_options.update(run_options or {})
         self.id = secrets.token_hex(6)
         self.agent_uid = self.agent_gid = 0
         self._client: Any = None
         self._container: Any = None
+        self._relay_dir: str | None = None   # on this machine: the relay's socket lives here
+        self._relay: Any = None
+        self._gateway_url: tuple[str, str] | None = None
 
     @property
     def host(self) -> str:
@@ -147,6 +197,8 @@ class DockerSandbox(PollingJobs):
         self._client = await asyncio.to_thread(self._connect)
         try:
             await asyncio.to_thread(self._ensure_image)
+            # 0700, root's (this process's): only root here and root in the container get in
+            self._relay_dir = tempfile.mkdtemp(prefix=f"agent-code-docker-{self.id}-")
             self._container = await asyncio.to_thread(self._create_container)
             await self._set_up_users()
         except BaseException:
@@ -157,6 +209,9 @@ class DockerSandbox(PollingJobs):
     async def __aexit__(self, *exc: object) -> None:
         container, client = self._container, self._client
         self._container = self._client = None
+        relay, self._relay, self._gateway_url = self._relay, None, None
+        if relay is not None:
+            await relay.close()
         if container is not None:
             try:
                 await asyncio.to_thread(container.remove, force=True, v=True)
@@ -166,6 +221,9 @@ class DockerSandbox(PollingJobs):
                     raise SandboxError(f"could not remove container {container.short_id}: {e}") from e
         if client is not None:
             await asyncio.to_thread(client.close)
+        relay_dir, self._relay_dir = self._relay_dir, None
+        if relay_dir is not None:
+            shutil.rmtree(relay_dir, ignore_errors=True)
 
     def _connect(self) -> Any:
         try:
@@ -185,6 +243,9 @@ class DockerSandbox(PollingJobs):
         try:
             self._client.images.get(self.image)
         except docker.errors.ImageNotFound:
+            if is_project_image(self.image):
+                raise SandboxError(f"image {self.image} is not on the Docker engine at {self.host}: "
+                                   f"build it with `{SETUP_COMMAND}` (in agent-code's checkout)") from None
             if not self.pull:
                 raise SandboxError(f"image {self.image} is not on the Docker engine at {self.host} "
                                    "(and pull=False)") from None
@@ -200,7 +261,8 @@ class DockerSandbox(PollingJobs):
             return self._client.containers.run(
                 self.image, entrypoint=["sleep", "infinity"], detach=True, init=True,
                 working_dir="/", name=f"agent-code-{self.id}", labels={"agent-code.sandbox": self.id},
-                environment=self.env, **self.run_options)
+                environment=self.env, hostname="sandbox",
+                volumes={self._relay_dir: {"bind": RELAY_DIR, "mode": "ro"}}, **self.run_options)
         except docker.errors.APIError as e:
             raise SandboxError(f"could not start a container from {self.image}: {e}") from e
 
@@ -316,5 +378,39 @@ class DockerSandbox(PollingJobs):
         await self._must(f"chown -R {shlex.quote(self.agent_user)}: {shlex.quote(resolve(path, self.workdir))}",
                          "root", f"could not give {path} to {self.agent_user}")
 
-    async def expose_gateway(self, url: str) -> str:  # TODO(issue 12): relay into the sandbox's own network
-        return url
+    async def expose_gateway(self, url: str) -> str:
+        """The gateway at ``url`` (as this machine reaches it), relayed into the container: a
+        Unix socket in the sandbox's host directory forwards to ``url``'s address only, and
+        ``relay_inside.py`` (root, in the container) listens on the container's own loopback at
+        the same port. Returns ``url`` with its host set to ``127.0.0.1``. Idempotent for one URL."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        from agent_code.sandbox.relay import INSIDE_SCRIPT, GatewayRelay, gateway_address
+
+        self._container_or_fail()
+        if self._gateway_url is not None:
+            if self._gateway_url[0] != url:
+                raise SandboxError(f"this sandbox already relays {self._gateway_url[0]}, not {url}")
+            return self._gateway_url[1]
+        _host, port = gateway_address(url)
+        assert self._relay_dir is not None
+        relay = GatewayRelay(url, os.path.join(self._relay_dir, "gateway.sock"), owner=(0, 0))
+        await relay.start()
+        self._relay = relay
+        try:
+            await self.write_file(RELAY_SCRIPT, INSIDE_SCRIPT.read_bytes(), mode=0o644)
+            started = await self.exec(["python3", RELAY_SCRIPT, "--listen", f"127.0.0.1:{port}",
+                                       "--socket", RELAY_SOCKET], user="root", cwd="/", timeout=60)
+            if not started.ok:
+                raise SandboxError(f"the gateway relay did not start in {self.image}: {started.output()}")
+        except BaseException:
+            self._relay = None
+            await relay.close()
+            raise
+        parts = urlsplit(url)
+        netloc = f"127.0.0.1:{port}"
+        if parts.username or parts.password:   # keep credentials in the URL as they were
+            netloc = parts.netloc.rpartition("@")[0] + "@" + netloc
+        inside = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        self._gateway_url = (url, inside)
+        return inside
