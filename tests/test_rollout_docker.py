@@ -112,3 +112,29 @@ def test_a_shadowed_test_runner_earns_nothing(docker_rollouts, request):
     assert result.abort_reason is None, (result.error or "") + result.log[-3000:]
     assert "pytest.py" in result.diff and "thermo.py" not in result.diff
     assert result.reward == 0.0
+
+
+def test_an_image_without_the_cli_gets_this_machines_copy_uploaded(docker_image):
+    """A task's image may lack the npm CLIs, and a container cannot download them (no network):
+    the harness uploads this machine's install (the test peers in .cache/node); without one, the
+    error says what to do."""
+    import shlex
+
+    from agent_code.harness.base import HarnessError, ensure_npm_cli
+    from agent_code.harness.qwen_code import NPM_SPEC, host_qwen
+    from agent_code.sandbox import create_sandbox
+
+    if host_qwen() is None:
+        pytest.skip("Qwen Code is not installed here (scripts/test.sh installs it into .cache/node)")
+
+    async def go():
+        async with create_sandbox("docker") as box:
+            await box.exec("rm -rf /usr/local/bin/qwen /usr/local/lib/node_modules/@qwen-code", cwd="/")
+            with pytest.raises(HarnessError, match="has no `qwen`.*no network.*docker-setup.sh"):
+                await ensure_npm_cli(box, "qwen", NPM_SPEC, None)
+            argv = await ensure_npm_cli(box, "qwen", NPM_SPEC, host_qwen())
+            return argv, await box.exec(f"{shlex.join(argv)} --version", user="agent", timeout=120)
+
+    argv, version = asyncio.run(go())
+    assert argv[1].startswith("/opt/agent-code/node_modules/@qwen-code/")
+    assert version.ok and version.stdout.strip() == NPM_SPEC.rpartition("@")[2], version.output()

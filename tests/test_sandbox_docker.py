@@ -399,3 +399,69 @@ def test_the_container_holds_files_network_and_privileges(tmp_path):
 
     found = sp.run(["grep", "-rl", mark, "/tmp", "/home", "/root", "/var/tmp", "/dev/shm"], capture_output=True)
     assert found.stdout == b""                                          # nor this machine
+
+
+@needs_engine
+def test_a_missing_project_image_says_how_to_build_it(monkeypatch):
+    monkeypatch.setenv("AGENT_CODE_DOCKER_IMAGE", "agent-code-sandbox:not-built")
+
+    async def go():
+        async with create_sandbox("docker"):
+            pass
+
+    with pytest.raises(SandboxError, match=r"agent-code-sandbox:not-built is not on the Docker engine.*"
+                                           r"bash scripts/docker-setup\.sh"):
+        run(go())
+
+
+def test_the_defaults_isolate_the_container(tmp_path):
+    """What every container is created with, read off the SDK call (the stand-in records it)."""
+    box = DockerSandbox()
+    assert box.image == "agent-code-sandbox:latest" and not box.pull     # built, never pulled
+    options = box.run_options
+    assert options["network_mode"] == "none" and options["cap_drop"] == ["ALL"]
+    assert sorted(options["cap_add"]) == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+    assert options["security_opt"] == ["no-new-privileges:true"] and options["pids_limit"] > 0
+    assert "mem_limit" not in options and DockerSandbox(mem_limit="2g").run_options["mem_limit"] == "2g"
+    assert DockerSandbox("python:3.11").pull
+
+
+def test_the_runner_gives_the_task_image_to_the_agent_and_the_grader_sandboxes(tmp_path, monkeypatch):
+    """A task's own ``image`` (SWE-bench style) is the docker sandbox's image (the grader's sandbox
+    is made from the same options); an explicit ``docker:IMAGE`` and other sandboxes are left alone."""
+    import dataclasses
+
+    from agent_code.rollout import runner
+    from agent_code.tasks import Task
+
+    made: list[tuple[str, dict]] = []
+
+    class Refused(Exception):
+        pass
+
+    def fake_create(spec, **options):
+        made.append((spec, options))
+        raise Refused("recorded")
+
+    class Client:
+        base_url = "http://127.0.0.1:1"
+
+        async def open_session(self, *a, **k):
+            return None
+
+        async def finish(self, *a, **k):
+            return []
+
+    monkeypatch.setattr(runner, "create_sandbox", fake_create)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    task = Task.from_dict({"id": "t", "repo": str(repo), "problem_statement": "p", "eval_cmd": "true",
+                           "image": "swebench/sweb.eval.x86_64.astropy:latest"})
+    assert task.image == "swebench/sweb.eval.x86_64.astropy:latest"
+    for spec in ("docker", "docker:mine", "local"):
+        with pytest.raises(Refused):
+            run(runner.run_rollout(task, 0, runner.RolloutConfig(sandbox=spec, sandbox_options={"pids_limit": 99}),
+                                   Client()))
+    assert made == [("docker", {"pids_limit": 99, "image": "swebench/sweb.eval.x86_64.astropy:latest"}),
+                    ("docker:mine", {"pids_limit": 99}), ("local", {"pids_limit": 99})]
+    assert dataclasses.replace(task, image=None).image is None
