@@ -80,15 +80,22 @@ def docker_rollouts(docker_image, tmp_path_factory):
                                 on_result=lambda r, s: collected.update({r.session_id: s})))
         return [r for group in await asyncio.gather(*runs) for r in group]
 
+    import docker
+
+    engine = docker.from_env()
+    ours = {"label": "agent-code.sandbox"}
+    before = {c.id for c in engine.containers.list(all=True, filters=ours)}
     with scripted_gateway(tmp_path, lines, qwen25_renderer()) as (url, gateway):
         results = asyncio.run(all_agents(url))
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
-    return {r.task_id: r for r in results}, collected, turns
+    left = [c.name for c in engine.containers.list(all=True, filters=ours) if c.id not in before]
+    engine.close()
+    return {r.task_id: r for r in results}, collected, turns, left
 
 
 @pytest.mark.parametrize("task_id", ["thermo-agent-code", "thermo-claude-code", "thermo-codex", "thermo-qwen-code"])
 def test_each_harness_solves_the_task_in_a_real_container(docker_rollouts, task_id):
-    results, collected, turns = docker_rollouts
+    results, collected, turns, _ = docker_rollouts
     result = results[task_id]
     assert result.abort_reason is None and result.agent_exit_code in (0, 3, 53), \
         (result.error or "") + result.log[-3000:]
@@ -103,11 +110,16 @@ def test_each_harness_solves_the_task_in_a_real_container(docker_rollouts, task_
     assert all(s.reward == 1.0 and s.metadata["agent"] == ROLLOUTS[task_id][0] for s in samples)
 
 
+def test_no_container_is_left_behind(docker_rollouts):
+    results, _, _, left = docker_rollouts
+    assert len(results) == len(ROLLOUTS) and left == []     # 10 containers made (agent + grader each)
+
+
 def test_a_shadowed_test_runner_earns_nothing(docker_rollouts, request):
     if not grader_rejects_a_shadowed_runner():
         request.applymarker(pytest.mark.xfail(
             strict=True, reason="the grader still runs `python -m pytest` from the agent's tree (issue 12, part 1)"))
-    results, _, _ = docker_rollouts
+    results, _, _, _ = docker_rollouts
     result = results["thermo-shadow-runner"]
     assert result.abort_reason is None, (result.error or "") + result.log[-3000:]
     assert "pytest.py" in result.diff and "thermo.py" not in result.diff

@@ -421,9 +421,12 @@ def test_the_defaults_isolate_the_container(tmp_path):
     options = box.run_options
     assert options["network_mode"] == "none" and options["cap_drop"] == ["ALL"]
     assert sorted(options["cap_add"]) == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
-    assert options["security_opt"] == ["no-new-privileges:true"] and options["pids_limit"] > 0
+    assert options["security_opt"] == ["no-new-privileges=true"] and options["pids_limit"] > 0
     assert "mem_limit" not in options and DockerSandbox(mem_limit="2g").run_options["mem_limit"] == "2g"
     assert DockerSandbox("python:3.11").pull
+    assert DockerSandbox(network_mode="host").run_options["network_mode"] == "host"
+    with pytest.raises(SandboxError, match="bridge on a private address range is not offered"):
+        DockerSandbox(network_mode="bridge")
 
 
 def test_the_runner_gives_the_task_image_to_the_agent_and_the_grader_sandboxes(tmp_path, monkeypatch):

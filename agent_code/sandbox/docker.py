@@ -75,6 +75,7 @@ RELAY_SOCKET = f"{RELAY_DIR}/gateway.sock"
 RELAY_SCRIPT = "/usr/local/lib/agent-code/relay_inside.py"
 # what root's set-up needs inside the container (chown the workspace, useradd, kill a job's group,
 # read and write files whatever their modes); an unprivileged exec holds none of them
+NETWORK_MODES = ("none", "host")
 ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL")
 
 
@@ -168,6 +169,10 @@ class DockerSandbox(PollingJobs):
                  pull: bool = True, network_mode: str = "none", mem_limit: str | None = None,
                  nano_cpus: int | None = None, pids_limit: int | None = 4096, env: Mapping[str, str] | None = None,
                  run_options: Mapping[str, Any] | None = None) -> None:
+        if network_mode not in NETWORK_MODES:
+            raise SandboxError(f"docker sandbox network_mode {network_mode!r}: choose 'none' (its own loopback, the "
+                               "gateway relayed in) or 'host' (this machine's network, every loopback service "
+                               "included); a bridge on a private address range is not offered")
         self.image = image or default_image()
         self.workdir, self.home = workdir, home
         self.agent_user = agent_user
@@ -177,7 +182,7 @@ class DockerSandbox(PollingJobs):
         limits = {"network_mode": network_mode, "mem_limit": mem_limit, "nano_cpus": nano_cpus,
                   "pids_limit": pids_limit}
         self.run_options: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
-        self.run_options.update(cap_drop=["ALL"], cap_add=list(ROOT_CAPS), security_opt=["no-new-privileges:true"])
+        self.run_options.update(cap_drop=["ALL"], cap_add=list(ROOT_CAPS), security_opt=["no-new-privileges=true"])
         self.run_options.update(run_options or {})
         self.id = secrets.token_hex(6)
         self.agent_uid = self.agent_gid = 0
@@ -199,7 +204,17 @@ class DockerSandbox(PollingJobs):
             await asyncio.to_thread(self._ensure_image)
             # 0700, root's (this process's): only root here and root in the container get in
             self._relay_dir = tempfile.mkdtemp(prefix=f"agent-code-docker-{self.id}-")
-            self._container = await asyncio.to_thread(self._create_container)
+            # created in a thread that a cancellation cannot stop: wait for it then, so that the
+            # container it makes is known, and removed below, instead of left behind
+            creating = asyncio.ensure_future(asyncio.to_thread(self._create_container))
+            try:
+                self._container = await asyncio.shield(creating)
+            except asyncio.CancelledError:
+                try:
+                    self._container = await creating
+                except Exception:
+                    pass
+                raise
             await self._set_up_users()
         except BaseException:
             await self.__aexit__(*sys.exc_info())
@@ -264,6 +279,10 @@ class DockerSandbox(PollingJobs):
                 environment=self.env, hostname="sandbox",
                 volumes={self._relay_dir: {"bind": RELAY_DIR, "mode": "ro"}}, **self.run_options)
         except docker.errors.APIError as e:
+            try:   # created but not started (run = create + start): not left behind
+                self._client.containers.get(f"agent-code-{self.id}").remove(force=True, v=True)
+            except docker.errors.APIError:
+                pass
             raise SandboxError(f"could not start a container from {self.image}: {e}") from e
 
     async def _set_up_users(self) -> None:
@@ -388,6 +407,8 @@ class DockerSandbox(PollingJobs):
         from agent_code.sandbox.relay import INSIDE_SCRIPT, GatewayRelay, gateway_address
 
         self._container_or_fail()
+        if self.run_options.get("network_mode") == "host":   # this machine's network: nothing to relay
+            return url
         if self._gateway_url is not None:
             if self._gateway_url[0] != url:
                 raise SandboxError(f"this sandbox already relays {self._gateway_url[0]}, not {url}")
