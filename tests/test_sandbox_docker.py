@@ -468,3 +468,15 @@ def test_the_runner_gives_the_task_image_to_the_agent_and_the_grader_sandboxes(t
     assert made == [("docker", {"pids_limit": 99, "image": "swebench/sweb.eval.x86_64.astropy:latest"}),
                     ("docker:mine", {"pids_limit": 99}), ("local", {"pids_limit": 99})]
     assert dataclasses.replace(task, image=None).image is None
+
+
+def test_the_image_and_the_harness_pin_the_same_client_dependencies():
+    """The agent-code client's dependencies: baked into the image by the set-up script, installed
+    from PyPI by the harness where a sandbox can download; the two lists must not drift."""
+    import re
+
+    from agent_code.harness.agent_code import CLIENT_DEPS
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "docker-setup.sh").read_text()
+    pins = re.search(r'^PIP_PKGS="([^"]+)"', script, re.MULTILINE)
+    assert pins and tuple(pins.group(1).split()) == CLIENT_DEPS

@@ -5,8 +5,9 @@ agent user). Elsewhere (docker, e2b) this checkout is built as a wheel once per 
 (:func:`~agent_code.harness.base.project_wheel`), uploaded and installed with ``pip install
 --no-deps --no-index`` into the sandbox's ``python3``: no download there (a docker sandbox has
 no network); the client's own dependencies (anthropic, typer, rich, httpx, prompt_toolkit) come
-with the image (``scripts/docker-setup.sh`` puts them in the project's image), and an image
-without them is a clear launch error. ``AGENT_CODE_PIP_SPEC`` installs that pip spec instead
+with the image (``scripts/docker-setup.sh`` puts them in the project's image), and a docker
+image without them is a clear launch error; a sandbox that can download (E2B) gets them from
+PyPI (``CLIENT_DEPS``, the image's pins). ``AGENT_CODE_PIP_SPEC`` installs that pip spec instead
 (with its dependencies: a sandbox with network only). Its stream-json output (one event per line: ``system/init``,
 ``assistant``, ``tool_use``, ``tool_result``, ``result``) is the run log.
 """
@@ -26,6 +27,9 @@ from agent_code.sandbox.base import Sandbox
 
 # what `python3 -m agent_code -p --provider anthropic` needs to start, checked as the agent
 CLIENT_CHECK = "python3 -c 'import agent_code.cli, anthropic, typer, rich, httpx, prompt_toolkit'"
+# the same pins as the project's docker image (scripts/docker-setup.sh, PIP_PKGS)
+CLIENT_DEPS = ("anthropic==2.16.0", "typer==0.29.2", "rich==15.0.0", "prompt_toolkit==3.0.52", "httpx==0.29.0",
+               "tzdata==2026.6")
 
 
 class AgentCodeHarness(CliHarness):
@@ -55,11 +59,15 @@ class AgentCodeHarness(CliHarness):
         result = await box.exec(install, env=env, cwd="/", timeout=900)
         if not result.ok:
             raise HarnessError(f"pip install of {spec} failed in the sandbox: {result.output()}")
-        check = await box.exec(f"{CLIENT_CHECK}", user="agent", cwd="/", timeout=120)
+        check = await box.exec(CLIENT_CHECK, user="agent", cwd="/", timeout=120)
+        if not check.ok and box.name != "docker":   # a sandbox that can download (E2B): the client's deps
+            deps = await box.exec(f"python3 -m pip install -q {' '.join(CLIENT_DEPS)}", env=env, cwd="/", timeout=900)
+            check = await box.exec(CLIENT_CHECK, user="agent", cwd="/", timeout=120) if deps.ok else deps
         if not check.ok:
             raise HarnessError("agent-code is installed in the sandbox but its client cannot start there; the image "
-                               "needs its dependencies (anthropic, typer, rich, httpx, prompt_toolkit): use the "
-                               f"project's image (bash scripts/docker-setup.sh) or one built on it: {check.output()}")
+                               "needs its dependencies (anthropic, typer, rich, httpx, prompt_toolkit), which a docker "
+                               "sandbox cannot download: use the project's image (bash scripts/docker-setup.sh) or "
+                               f"one built on it: {check.output()}")
 
     def command(self, launch: Launch) -> str:
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
