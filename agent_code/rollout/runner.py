@@ -186,6 +186,7 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
                                   partial=config.partial)
             result.reward, result.applied_cleanly = verdict.reward, verdict.applied_cleanly
             result.tests_passed, result.tests_failed = list(verdict.passed), list(verdict.failed)
+            result.rejected_paths = list(verdict.rejected_paths)
             if verdict.error:
                 result.abort("grade_error", verdict.error)
         except Exception as exc:

@@ -2,14 +2,20 @@
 
 Steps, each in a sandbox that never saw the agent run:
 
-1. prepare the workspace again (same snapshot, same ``setup``, same baseline commit);
-2. ``git apply`` the agent's diff — if it does not apply, ``applied_cleanly`` is False and the
-   reward 0; an empty diff is graded as it is;
-3. restore every file matching the task's ``test_files`` globs to its baseline content, and delete
-   test files the agent added — what is graded is the agent's change to the code, against the
-   task's own tests;
+1. prepare the workspace again (same snapshot, same ``setup``, same baseline commit), and ask the
+   machine's python what it can import (to know which module names a change may not plant);
+2. apply the agent's diff to a scratch index over the baseline — if it does not apply,
+   ``applied_cleanly`` is False and the reward 0; an empty diff is graded as it is — and list every
+   path it touches (nothing is staged from the tree, so no ``.gitignore`` hides a file);
+3. refuse every path a rule of ``protected.py`` matches (the task's test files, runner config,
+   conftest files, packaging and entry points, ``.pth``/customize hooks, bytecode, modules that
+   shadow the runner or the standard library, symlinks, git metadata, ...): those stay as they
+   were at the baseline, are listed in ``Grade.rejected_paths``, and the rest is applied;
 4. apply the task's ``test_patch`` (hidden tests the agent never saw), if any;
-5. run the grader as the agent user (it runs the agent's code, which must never run as root):
+5. run the grader as the agent user (it runs the agent's code, which must never run as root),
+   with pytest plugins only from the machine (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` and each of the
+   machine's plugins named with ``-p``), no user site, bytecode cached outside the workspace, and
+   for ``python -m pytest`` the working directory kept off ``sys.path`` until pytest is loaded:
 
    * ``eval_cmd``: reward 1 when it exits 0, else 0;
    * ``test_cmd``: the FAIL_TO_PASS and PASS_TO_PASS ids are appended to it, shell-quoted (or
@@ -30,16 +36,18 @@ zero-reward sample.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from agent_code.globs import glob_regex
-from agent_code.sandbox.base import Sandbox
+from agent_code.sandbox.base import ExecResult, Sandbox
+from agent_code.tasks import protected
+from agent_code.tasks.protected import matches_any  # noqa: F401  (the task-glob matcher, re-exported)
 from agent_code.tasks.task import Task, TaskError
-from agent_code.tasks.workspace import GIT_ENV, run_step, prepare_workspace
+from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, prepare_workspace, run_step
 
 OUTPUT_LIMIT = 4000
 PASSING = frozenset({"PASSED", "XFAIL", "XPASS"})
@@ -59,41 +67,121 @@ class Grade:
     output: str = ""                                   # the tail of the grader's (or failing step's) output
     duration: float = 0.0
     error: str | None = None
+    rejected_paths: list[str] = field(default_factory=list)    # the agent's changes the grader refused
+    rejected_rules: dict[str, str] = field(default_factory=dict)   # path -> the rule that refused it
 
 
-# --- test files -------------------------------------------------------------------------------
+# --- the agent's change, minus what it may not touch ----------------------------------------
 
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """A path glob (``agent_code/globs.py``): ``*`` and ``?`` stay inside one path component,
-    ``**/`` crosses them and also matches nothing (so ``**/test_*.py`` matches ``test_a.py``)."""
-    return re.compile(glob_regex(pattern) + r"\Z")
+# Lists what the grading machine can import (the standard library, every installed distribution's
+# top-level names) and the pytest plugins it registers, before the agent's change is applied.
+_PROBE = """
+import importlib.metadata as m, json, sys
+names = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+try:
+    names.update(m.packages_distributions())
+except Exception:
+    pass
+try:
+    plugins = sorted({ep.name for ep in m.entry_points(group="pytest11")})
+except Exception:
+    plugins = []
+print(json.dumps({"modules": sorted(names), "pytest_plugins": plugins}))
+"""
+
+# Loaded by pytest (``-p``) from outside the workspace when the grader runs ``python -m pytest``
+# with ``PYTHONSAFEPATH``: pytest itself was imported from the machine's environment, never from
+# the working directory; the tests may now import the project from it, as ``python -m`` allows.
+_BOOT_PLUGIN = """import os, sys
+os.environ.pop("PYTHONSAFEPATH", None)
+if os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
+"""
+BOOT_PLUGIN_NAME = "agent_code_grader_boot"
+_PYTEST_MODULE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python[0-9.]*\s+(?:-\S+\s+)*-m\s*pytest\b")
 
 
-def matches_any(path: str, globs: Iterable[str]) -> bool:
-    """Whether ``path`` (relative, ``/``-separated) or one of its parent directories matches a glob."""
-    regexes = [glob_to_regex(g.lstrip("/").removeprefix("./").rstrip("/")) for g in globs]
-    parts = path.split("/")
-    candidates = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
-    return any(rx.match(c) for rx in regexes for c in candidates)
+@dataclass(frozen=True)
+class _Machine:
+    modules: frozenset[str]
+    pytest_plugins: tuple[str, ...]
 
 
-async def _restore_test_files(box: Sandbox, baseline: str, globs: Sequence[str]) -> list[str]:
-    """Put test files back as they were at the baseline; returns the paths it touched."""
-    listing = await run_step(box, f"git add -A && git diff --cached --name-status --no-renames -z {baseline} --",
-                             "listing the agent's changes", user="agent")
-    fields = listing.stdout.split("\0")
-    changes = list(zip(fields[0::2], fields[1::2]))
-    added = [p for status, p in changes if status == "A" and matches_any(p, globs)]
-    changed = [p for status, p in changes if status != "A" and matches_any(p, globs)]
-    for paths, git_cmd in ((added, "rm -q -f"), (changed, f"checkout -q {baseline}")):
-        if not paths:
-            continue
-        listfile = f"{box.home}/.agent-code-paths"
-        await box.write_file(listfile, "\0".join(paths) + "\0", user="agent")
-        await run_step(box, f"git --literal-pathspecs {git_cmd} --pathspec-from-file={shlex.quote(listfile)}"
-                       f" --pathspec-file-nul && rm -f {shlex.quote(listfile)}",
-                       "restoring the test files", user="agent")
-    return added + changed
+async def _probe(box: Sandbox, env: Mapping[str, str] | None) -> _Machine:
+    script = f"{box.home}/.agent-code-probe.py"
+    await box.write_file(script, _PROBE, user="agent")
+    q = shlex.quote(script)
+    result = await box.exec(f"python {q} 2>/dev/null || python3 {q}", user="agent", env=env, timeout=60,
+                            cwd=box.workdir)
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+        return _Machine(frozenset(found["modules"]), tuple(found["pytest_plugins"]))
+    except (ValueError, IndexError, KeyError, TypeError):
+        return _Machine(frozenset(), ())
+
+
+async def _lines(box: Sandbox, cmd: str, what: str, env: Mapping[str, str]) -> list[str]:
+    result = await run_step(box, cmd, what, user="agent", env=env)
+    return [p for p in result.stdout.split("\0") if p]
+
+
+async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
+                 rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str]]:
+    """Apply ``diff`` to the working tree, less every path a rule of ``protected.py`` refuses.
+
+    The diff goes into a scratch index first (over the baseline), never through ``git add``, so
+    every path it touches is seen, ignored or not. Returns (the failed ``git apply``, or None;
+    ``{refused path: rule}``)."""
+    q = shlex.quote
+    index = {"GIT_INDEX_FILE": f"{box.home}/.agent-code-grading-index"}
+    patch = f"{box.home}/agent.diff"
+    await box.write_file(patch, diff if diff.endswith("\n") else diff + "\n", user="agent")
+    applied = await box.exec(f"git read-tree {baseline} && git apply --cached --whitespace=nowarn {q(patch)}",
+                             user="agent", env={**GIT_ENV, **index}, timeout=120, cwd=box.workdir)
+    if not applied.ok:
+        return applied, {}
+    raw = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
+                         "listing the agent's changes", user="agent", env=index)
+    changes = protected.parse_raw_diff(raw.stdout)
+    tracked = await _lines(box, f"git ls-tree -r -z --name-only {baseline}", "listing the baseline", index)
+    deleted = {c.path for c in changes if c.status == "D"}
+    after = [p for p in tracked if p not in deleted] + [c.path for c in changes if c.status == "A"]
+    tests = protected.patch_paths(task.test_patch)
+    context = protected.Context(
+        test_files=tuple(task.test_files), test_patch_paths=tests,
+        grader_paths=protected.command_paths(task.eval_cmd or task.test_cmd or "", task.tests),
+        test_dirs=protected.test_dirs(tracked, task.test_files, tests),
+        packages=protected.package_dirs(after),
+        shadowable=protected.default_shadowable(machine.modules))
+    refused = protected.check(changes, context, rules)
+    if refused:
+        listfile = f"{box.home}/.agent-code-refused"
+        await box.write_file(listfile, "\0".join(refused) + "\0", user="agent")
+        await run_step(box, f"git --literal-pathspecs reset -q {baseline} --pathspec-from-file={q(listfile)}"
+                       " --pathspec-file-nul", "leaving out the refused changes", user="agent", env=index)
+    allowed = f"{box.home}/allowed.diff"
+    await run_step(box, f"git diff --cached {DIFF_FLAGS} {baseline} -- > {q(allowed)}"
+                   f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
+                   "applying the agent's change", user="agent", env=index)
+    return None, dict(sorted(refused.items()))
+
+
+def grader_env(command: str, machine: _Machine, box: Sandbox, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The grader's environment: the task's ``env``, no user site, bytecode cached outside the
+    workspace (a planted ``__pycache__`` is never read), pytest plugins only from the machine
+    (named one by one; none autoloaded from what the workspace might register), and for
+    ``python -m pytest`` no working directory on ``sys.path`` until pytest has been imported."""
+    out = dict(env or {})
+    out.update(PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=f"{box.home}/.agent-code-pycache",
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    plugins = [f"-p {shlex.quote(name)}" for name in machine.pytest_plugins]
+    if _PYTEST_MODULE.search(command):
+        out["PYTHONSAFEPATH"] = "1"
+        plugins.append(f"-p {BOOT_PLUGIN_NAME}")
+        boot_dir = f"{box.home}/.agent-code-grader"
+        out["PYTHONPATH"] = boot_dir + (":" + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
+    out["PYTEST_ADDOPTS"] = " ".join([*plugins, out.get("PYTEST_ADDOPTS", "")]).strip()
+    return out
 
 
 # --- reading test results ---------------------------------------------------------------------
@@ -127,46 +215,53 @@ def build_test_command(test_cmd: str, ids: Sequence[str]) -> str:
 
 async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, partial: bool = False,
                 env: Mapping[str, str] | None = None, timeout: float = 600,
-                setup_timeout: float = 600) -> Grade:
+                setup_timeout: float = 600, rules: Sequence[protected.Rule] = protected.RULES) -> Grade:
     """Grade ``diff`` (from :func:`collect_diff`) for ``task`` in a fresh sandbox from
     ``make_sandbox()`` (not yet entered). ``env`` (e.g. a ``PATH`` with the interpreter the
-    tests need) is given to the setup and the grader; ``timeout`` bounds the grader's run."""
+    tests need) is given to the setup and the grader; ``timeout`` bounds the grader's run.
+    ``rules`` are what the grader refuses to take from the diff (``protected.RULES``; a task
+    suite with a hack class of its own adds a :class:`~agent_code.tasks.protected.Rule`)."""
     start = time.monotonic()
 
     def done(reward: float, *, applied: bool = True, passed: list[str] | None = None,
-             failed: list[str] | None = None, output: str = "", error: str | None = None) -> Grade:
-        return Grade(reward, applied, passed or [], failed or [], output, time.monotonic() - start, error)
+             failed: list[str] | None = None, output: str = "", error: str | None = None,
+             refused: Mapping[str, str] | None = None) -> Grade:
+        return Grade(reward, applied, passed or [], failed or [], output, time.monotonic() - start, error,
+                     sorted(refused or {}), dict(refused or {}))
 
     async with make_sandbox() as box:
         workspace = await prepare_workspace(box, task, env=env, setup_timeout=setup_timeout, write_problem=False)
-        if diff.strip():
-            patch = f"{box.home}/agent.diff"
-            await box.write_file(patch, diff if diff.endswith("\n") else diff + "\n", user="agent")
-            applied = await box.exec(f"git apply --whitespace=nowarn {shlex.quote(patch)}", user="agent",
-                                     env=GIT_ENV, timeout=120, cwd=box.workdir)
-            if not applied.ok:
-                return done(0.0, applied=False, failed=list(task.tests), output=applied.output(OUTPUT_LIMIT),
-                            error="the diff does not apply to the task's repository")
+        machine = await _probe(box, env)
+        refused: dict[str, str] = {}
         try:
-            await _restore_test_files(box, workspace.baseline, task.test_files)
+            if diff.strip():
+                failed, refused = await _stage(box, task, workspace.baseline, diff, machine, rules)
+                if failed is not None:
+                    return done(0.0, applied=False, failed=list(task.tests), output=failed.output(OUTPUT_LIMIT),
+                                error="the diff does not apply to the task's repository")
             if task.test_patch:
                 hidden = f"{box.home}/test.patch"
                 await box.write_file(hidden, task.test_patch, user="agent")
                 await run_step(box, f"git apply --whitespace=nowarn {shlex.quote(hidden)}",
                                "applying the task's test_patch", user="agent")
         except TaskError as exc:
-            return done(0.0, failed=list(task.tests), output=str(exc)[-OUTPUT_LIMIT:], error=str(exc).split("\n")[0])
+            return done(0.0, failed=list(task.tests), output=str(exc)[-OUTPUT_LIMIT:], error=str(exc).split("\n")[0],
+                        refused=refused)
 
         command = task.eval_cmd or build_test_command(task.test_cmd or "", task.tests)
-        result = await box.exec(command, user="agent", env=env, timeout=timeout, cwd=box.workdir)
+        boot = f"{box.home}/.agent-code-grader/{BOOT_PLUGIN_NAME}.py"
+        await box.write_file(boot, _BOOT_PLUGIN, user="agent")
+        result = await box.exec(command, user="agent", env=grader_env(command, machine, box, env), timeout=timeout,
+                                cwd=box.workdir)
         output = result.output(OUTPUT_LIMIT)
         if result.timed_out:
-            return done(0.0, failed=list(task.tests), output=output, error=f"grading timed out after {timeout:g}s")
+            return done(0.0, failed=list(task.tests), output=output, error=f"grading timed out after {timeout:g}s",
+                        refused=refused)
         if task.eval_cmd:
-            return done(1.0 if result.ok else 0.0, output=output)
-        passed, failed = decide(task.tests, parse_test_results(result.stdout + "\n" + result.stderr))
+            return done(1.0 if result.ok else 0.0, output=output, refused=refused)
+        passed, failed_ids = decide(task.tests, parse_test_results(result.stdout + "\n" + result.stderr))
         if partial:
             reward = len(passed) / len(task.tests)
         else:
-            reward = 0.0 if failed else 1.0
-        return done(reward, passed=passed, failed=failed, output=output)
+            reward = 0.0 if failed_ids else 1.0
+        return done(reward, passed=passed, failed=failed_ids, output=output, refused=refused)
