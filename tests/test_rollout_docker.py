@@ -54,16 +54,6 @@ def thermo_tasks(tmp_path: Path) -> Path:
     return out
 
 
-def grader_rejects_a_shadowed_runner() -> bool:
-    """Whether the grader runs the tests from where the workspace cannot shadow the runner (the
-    grading fix of issue 12: `rejected_paths`); until it has landed the hack test is an xfail."""
-    import inspect
-
-    from agent_code.tasks import grading
-
-    return "rejected" in inspect.getsource(grading)
-
-
 @pytest.fixture(scope="module")
 def docker_rollouts(docker_image, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("docker-rollouts")
@@ -115,15 +105,12 @@ def test_no_container_is_left_behind(docker_rollouts):
     assert len(results) == len(ROLLOUTS) and left == []     # 10 containers made (agent + grader each)
 
 
-def test_a_shadowed_test_runner_earns_nothing(docker_rollouts, request):
-    if not grader_rejects_a_shadowed_runner():
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="the grader still runs `python -m pytest` from the agent's tree (issue 12, part 1)"))
+def test_a_shadowed_test_runner_earns_nothing(docker_rollouts):
     results, _, _, _ = docker_rollouts
     result = results["thermo-shadow-runner"]
     assert result.abort_reason is None, (result.error or "") + result.log[-3000:]
     assert "pytest.py" in result.diff and "thermo.py" not in result.diff
-    assert result.reward == 0.0
+    assert result.reward == 0.0 and result.rejected_paths == ["pytest.py"]
 
 
 def test_an_image_without_the_cli_gets_this_machines_copy_uploaded(docker_image):
