@@ -3,12 +3,17 @@
 One reply per line::
 
     {"text": "...", "session"?: "id", "finish_reason"?: "stop" | "length",
-     "logprobs"?: [float, ...], "delay"?: seconds}
+     "logprobs"?: [float, ...], "delay"?: seconds, "when"?: "substring"}
 
 A request for session ``S`` takes the next unused line whose ``session`` is ``S`` (or, for a
 rollout's unguessable key ``<task>.<k>.<random>``, whose ``session`` is ``<task>.<k>``); once those are
 used up (or there are none) it takes the next unused line without a ``session``. Lines are
 consumed once, in file order. Nothing left → :class:`EngineError`.
+
+A line with ``when`` is only for a request whose prompt (decoded) contains that text, and such
+a request takes it before any other line: this is how a script answers a client's side
+requests (Claude Code's title request, say: ``"when": "sentence-case title"``) wherever they
+fall among the conversation's turns.
 
 The text is tokenized with the served tokenizer (``renderer.encode``, so special-token strings
 such as ``<tool_call>`` become their tokens) and closed with the template's end-of-turn token,
@@ -32,7 +37,7 @@ from agent_code.engines.base import EngineError, Generation
 from agent_code.jsonl import read_jsonl
 from agent_code.protocols.canonical import SamplingParams
 
-_FIELDS = {"text", "session", "finish_reason", "logprobs", "delay"}
+_FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "when"}
 
 
 class ScriptError(EngineError, ValueError):
@@ -48,6 +53,7 @@ class ScriptedReply:
     finish_reason: str
     session: str | None = None
     delay: float = 0.0
+    when: str | None = None     # only for a prompt containing this text
 
 
 def default_logprob(k: int) -> float:
@@ -64,8 +70,11 @@ class ScriptedEngine:
         self.replies = self._load()
         self._by_session: dict[str, deque[ScriptedReply]] = {}
         self._shared: deque[ScriptedReply] = deque()
+        self._conditional: list[ScriptedReply] = []
         for reply in self.replies:
-            if reply.session is None:
+            if reply.when is not None:
+                self._conditional.append(reply)
+            elif reply.session is None:
                 self._shared.append(reply)
             else:
                 self._by_session.setdefault(reply.session, deque()).append(reply)
@@ -94,6 +103,9 @@ class ScriptedEngine:
         delay = obj.get("delay", 0)
         if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
             raise ScriptError(f'{where}: "delay" must be a number of seconds >= 0')
+        when = obj.get("when")
+        if when is not None and (not isinstance(when, str) or not when):
+            raise ScriptError(f'{where}: "when" must be a non-empty string')
         ids = list(self.renderer.encode(text)) + (eot if finish == "stop" else [])
         given = obj.get("logprobs") or []
         if not isinstance(given, list) or not all(
@@ -102,13 +114,27 @@ class ScriptedEngine:
         if len(given) > len(ids):
             raise ScriptError(f'{where}: {len(given)} logprobs for {len(ids)} tokens')
         logprobs = [float(x) for x in given] + [default_logprob(k) for k in range(len(given), len(ids))]
-        return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay))
+        return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay), when)
 
     @property
     def remaining(self) -> int:
-        return len(self._shared) + sum(len(q) for q in self._by_session.values())
+        return len(self._shared) + len(self._conditional) + sum(len(q) for q in self._by_session.values())
 
-    def _next(self, session_id: str | None) -> ScriptedReply:
+    def _matching(self, session_id: str | None, prompt_ids: Sequence[int]) -> ScriptedReply | None:
+        if not self._conditional:
+            return None
+        text = self.renderer.decode(list(prompt_ids))
+        for reply in self._conditional:
+            if reply.when in text and (reply.session is None or session_id is not None and (
+                    session_id == reply.session or session_id.rsplit(".", 1)[0] == reply.session)):
+                self._conditional.remove(reply)
+                return reply
+        return None
+
+    def _next(self, session_id: str | None, prompt_ids: Sequence[int] = ()) -> ScriptedReply:
+        matched = self._matching(session_id, prompt_ids)
+        if matched is not None:
+            return matched
         own = self._by_session.get(session_id) if session_id is not None else None
         if not own and session_id is not None:   # a rollout's key: "<task>.<k>.<random>" matches "<task>.<k>"
             own = self._by_session.get(session_id.rsplit(".", 1)[0]) if "." in session_id else None
@@ -122,7 +148,7 @@ class ScriptedEngine:
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
                        session_id: str | None = None) -> Generation:
-        reply = self._next(session_id)
+        reply = self._next(session_id, prompt_ids)
         self.used += 1
         if reply.delay:
             await asyncio.sleep(reply.delay)

@@ -10,6 +10,7 @@ the reply reached the client, so an unanswered turn is never recorded.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -223,6 +224,11 @@ class Gateway:
         if plan is not None:
             record.parent, record.policy, record.prefix_reused = plan.parent, plan.policy, plan.prefix_reused
             record.drift, record.branch_hint = list(plan.drift), plan.branch_hint
+            record.notes = list(plan.notes)
+            for note in plan.notes:
+                logging.getLogger("agent_code.gateway").info("session %s turn %d: the client echoed turn %d's %s call rewritten (%s); "
+                         "the held ids were kept", session.id, record.index, note["turn"], note["tool"],
+                         "; ".join(note["rewrites"]) or "no known rewrite")
         session.turns.append(record)
         session.history.add(record, plan.messages_key if plan is not None else None)
         if self.turn_log is not None:

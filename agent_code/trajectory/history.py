@@ -38,6 +38,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from agent_code.trajectory import echo, side
 from agent_code.trajectory.records import TurnRecord
 
 POLICIES = ("tokens", "template")
@@ -55,10 +56,13 @@ def _digest(previous: bytes, item: Any) -> bytes:
 
 
 def _key_chain(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
-    """``chain[j]`` identifies ``messages[:j]`` under ``tools`` (``chain[0]``: no message yet)."""
+    """``chain[j]`` identifies ``messages[:j]`` under ``tools`` (``chain[0]``: no message yet).
+    Assistant messages count in their echo form (``echo.py``): a tool call a client echoes back
+    rewritten in a way it is known to (a default filled in, ...) is the call the model made."""
     chain = [_digest(b"tools", tools or [])]
+    tool_schemas = echo.schemas(tools) if any(m.get("tool_calls") for m in messages) else {}
     for message in messages:
-        chain.append(_digest(chain[-1], message))
+        chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas) if tool_schemas else message))
     return chain
 
 
@@ -73,7 +77,8 @@ def conversation_key(turn: TurnRecord, messages_key: bytes | None = None) -> byt
     :class:`PromptPlan` does), saves hashing the whole history again."""
     if messages_key is None:
         messages_key = _key_chain(turn.messages, turn.tools)[-1]
-    return _digest(messages_key, turn.reply)
+    reply = echo.echo_form(turn.reply, echo.schemas(turn.tools)) if turn.reply.get("tool_calls") else turn.reply
+    return _digest(messages_key, reply)
 
 
 def _system_of(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -93,6 +98,7 @@ class PromptPlan:
     branch_hint: str | None = None
     messages_key: bytes | None = field(default=None, repr=False)  # the request messages' key, when computed
     held_messages: int = 0  # how many leading request messages the parent's held ids stand for
+    notes: list[dict[str, Any]] = field(default_factory=list)   # client rewrites tolerated (echo.py)
 
 
 class SessionHistory:
@@ -152,18 +158,27 @@ def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHist
                 return plan
             prefix_reused = len(held)
             held.extend(suffix)
+            echoed = messages[found[1] - 1]
+            notes = [] if echoed == parent.reply else echo.differences(
+                parent.reply, echoed, echo.schemas(tools), parent.index)
             return PromptPlan(held, parent=parent.index, prefix_reused=prefix_reused, messages_key=key,
-                              held_messages=found[1])
+                              held_messages=found[1], notes=notes)
         plan = PromptPlan(array("i", renderer.render(messages, tools)), messages_key=key)
-        plan.branch_hint = _root_hint(turns, messages)
+        plan.branch_hint = _root_hint(turns, messages, tools)
         return plan
     if policy == "template":
         return _template_plan(renderer, turns, messages, tools)
     raise ValueError(f"unknown history policy '{policy}' (choose from {', '.join(POLICIES)})")
 
 
-def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]]) -> str | None:
+def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tools: Any) -> str | None:
+    """Why a request that extends no held turn starts a root: a client's ``side`` request, or
+    (measured against the conversation's first root, side requests aside) a ``retry``,
+    ``sub-agent`` or ``compaction``; None for the conversation's first root."""
     roots = [t for t in turns if t.parent is None]
+    if side.is_side(messages, tools, any(t.tools for t in roots)):
+        return "side"
+    roots = [t for t in roots if t.index not in side.side_roots(roots)]
     if not roots:
         return None
     if any(t.messages == messages for t in roots):
@@ -184,7 +199,7 @@ def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[di
     if best is None:
         if turns:
             plan.drift.append({"kind": "fork", "cause": "no held prompt is a prefix of this one", "masked": 0})
-            plan.branch_hint = _root_hint(turns, messages)
+            plan.branch_hint = _root_hint(turns, messages, tools)
         return plan
     start, out = len(best.prompt_ids), best.output_ids.tolist()
     region = ids[start:start + len(out)]
@@ -192,7 +207,12 @@ def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[di
     plan.parent, plan.prefix_reused = best.index, start + agree
     if agree < len(out):
         plan.branch_hint = "template-drift"  # later turns of the old chain no longer extend this one
-        plan.drift.append({"kind": "realigned", "turn": best.index, "masked": len(out) - agree,
-                           "cause": f"the template re-rendered turn {best.index}'s output differently "
-                                    f"from token {agree} of {len(out)}"})
+        cause = f"the template re-rendered turn {best.index}'s output differently from token {agree} of {len(out)}"
+        echoed = messages[len(best.messages)] if len(messages) > len(best.messages) else None
+        rewrites = echo.differences(best.reply, echoed, echo.schemas(tools), best.index) \
+            if isinstance(echoed, dict) and echoed.get("role") == "assistant" and echoed != best.reply else []
+        if rewrites:
+            cause += ": the client echoed its tool call rewritten (" + "; ".join(
+                sorted({r for note in rewrites for r in note["rewrites"]}) or ["not a known rewrite"]) + ")"
+        plan.drift.append({"kind": "realigned", "turn": best.index, "masked": len(out) - agree, "cause": cause})
     return plan

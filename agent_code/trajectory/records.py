@@ -33,6 +33,7 @@ class TurnRecord:
     prefix_reused: int = 0           # prompt ids taken verbatim from the parent's held sequence
     drift: list[dict[str, Any]] = field(default_factory=list)  # {"kind", "cause", "masked"} events
     branch_hint: str | None = None   # why a new root started: "sub-agent", "compaction", "retry"
+    notes: list[dict[str, Any]] = field(default_factory=list)  # client rewrites tolerated (echo.py)
 
     @classmethod
     def build(cls, *, prompt_ids: Sequence[int], output_ids: Sequence[int], logprobs: Sequence[float],
@@ -49,7 +50,7 @@ class TurnRecord:
             "reply": self.reply, "ill_formed": self.ill_formed,
             "started_at": self.started_at, "timing": self.timing,
             "parent": self.parent, "policy": self.policy, "prefix_reused": self.prefix_reused,
-            "drift": self.drift, "branch_hint": self.branch_hint,
+            "drift": self.drift, "branch_hint": self.branch_hint, "notes": self.notes,
         }
 
     @classmethod

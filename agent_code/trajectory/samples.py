@@ -25,9 +25,11 @@ Masking rules:
 Hence every mask-1 position holds the id the engine sampled for that turn at that offset, with
 its logprob, and each (turn, offset) is trained at most once across the session's samples.
 
-Branches: the first root's first chain is ``"main"``; another root is labelled by its
-``branch_hint``, else ``"sub-agent"`` when its system message differs from the first root's,
-else ``"compaction"`` (same agent, history rewritten). A chain that splits off a turn an
+Branches: a root that is a client's side request (``side.py``: a known title/topic request,
+or one without tools beside roots with tools) is ``"side"``; the first other root's first chain
+is ``"main"``; another root is labelled by its ``branch_hint``, else ``"sub-agent"`` when its
+system message differs from the main root's, else ``"compaction"`` (same agent, history
+rewritten). A chain that splits off a turn an
 earlier sample already holds is a ``"retry"`` unless its first own turn carries a hint.
 
 Rewards (:data:`REWARD_POLICIES`): ``"full"`` — the default — gives every sample the session
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from agent_code.trajectory.records import TurnRecord
+from agent_code.trajectory.side import side_roots
 
 __all__ = ["Sample", "build_samples", "REWARD_POLICIES", "register_reward_policy", "STATUS_BY_FINISH",
            "SAMPLE_STATUSES"]
@@ -162,7 +165,9 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
     for rec in records:
         by_index[rec.index] = rec           # a re-recorded index: the later record wins
     chains = _chains(by_index)
-    first_root = chains[0][0]
+    side = side_roots(chain[0] for chain in chains if chain[0].parent is None or chain[0].parent not in by_index)
+    first_root = next((c[0] for c in chains if c[0].index not in side), chains[0][0])
+    main_chain = next(n for n, c in enumerate(chains) if c[0] is first_root)
 
     trained: set[int] = set()                   # turns already trained by an earlier sample
     samples: list[Sample] = []
@@ -215,7 +220,7 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
         status = status_override or STATUS_BY_FINISH.get(leaf.finish_reason, "aborted")
         samples.append(Sample(
             session_id=leaf.session_id, rollout_id=rollout_id, index=n,
-            branch=_branch(chain, shared, first_root, is_first=n == 0),
+            branch="side" if root.index in side else _branch(chain, shared, first_root, is_first=n == main_chain),
             tokens=tokens, response_length=R, loss_mask=mask, rollout_log_probs=logprobs,
             reward=rewards[n], status=status, response=decode(tokens[P:]) if decode else "",
             metadata=meta))
