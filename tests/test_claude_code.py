@@ -31,13 +31,17 @@ def call(name: str, arguments: dict) -> dict:
     return {"text": f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"}
 
 
-def run_claude(claude: str, prompt: str, work: Path, url: str, session: str, model: str):
-    """Claude Code headless against the gateway, with a private HOME and the session id as key."""
+def run_claude(claude: str, prompt: str, work: Path, url: str, session: str, model: str, *,
+               essential_only: bool = True):
+    """Claude Code headless against the gateway, with a private HOME and the session id as key.
+    ``essential_only=False`` lets it make its side requests (the session title) as a user's would."""
     home = work.parent / "home"
     home.mkdir(exist_ok=True)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
-           "ANTHROPIC_AUTH_TOKEN": session, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-           "DISABLE_AUTOUPDATER": "1", "IS_SANDBOX": "1"}  # IS_SANDBOX: bypass mode is allowed as root
+           "ANTHROPIC_AUTH_TOKEN": session, "DISABLE_AUTOUPDATER": "1",
+           "IS_SANDBOX": "1"}  # IS_SANDBOX: bypass mode is allowed as root
+    if essential_only:
+        env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     return subprocess.run([claude, "-p", prompt, "--permission-mode", "bypassPermissions",
                            "--output-format", "stream-json", "--verbose", "--model", model],
                           cwd=work, env=env, capture_output=True, text=True, timeout=300)
