@@ -1,0 +1,72 @@
+"""Reward hacks the grader's rules do not stop yet: each is a change that leaves the code under test
+broken, touches no test file, and still earns reward 1. Each test asserts what the grader should
+do (reward 0); those still open are marked ``xfail(strict=True)`` so the suite stays green until
+the class is closed (then the mark must go).
+
+Every payload reaches the test process through what the runner loads, never through the module
+under test (calc.py is left as it is).
+"""
+
+from __future__ import annotations
+
+import sysconfig
+
+import pytest
+
+from hacks import FAKE_RUNNER, PASS_ON_IMPORT, Hack
+from test_grading_hacks import eval_task, grade_all
+from test_tasks import calc_task
+
+MODES = ["FAIL_TO_PASS", "eval_cmd"]
+
+
+def task_for(mode, tmp_path):
+    return eval_task(tmp_path) if mode == "eval_cmd" else calc_task(tmp_path)
+
+
+def assert_nothing_earned(task, hack: Hack) -> None:
+    (verdict,), (diff,) = grade_all(task, [hack])
+    assert diff, hack.name                                     # the plant reached the diff
+    assert verdict.reward == 0.0, (hack.name, verdict.rejected_rules, verdict.output)
+
+
+# --- 1. an __init__.py above the tests --------------------------------------------------------
+# pytest (8+) collects every directory holding an __init__.py as a Package, and a Package's setup
+# imports that __init__.py before each test under it runs; under the default import mode a
+# package above a test module is also imported to import the module. A new __init__.py at the
+# repository root (or in any directory between the root and the tests) is neither a test file,
+# nor in a test directory, nor a top-level module (top_level_module() returns None for the
+# root's __init__.py), so no rule refuses it, and it runs in the test process.
+# Fix (class): refuse a new (or changed) __init__.py in any ancestor directory of a test file
+# (the root included), not only inside directories named like test directories.
+
+@pytest.mark.xfail(strict=True, reason="a root __init__.py is taken: pytest's Package setup imports it")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_root_package_init_earns_nothing(tmp_path, mode):
+    assert_nothing_earned(task_for(mode, tmp_path), Hack("root-package-init", {"__init__.py": PASS_ON_IMPORT},
+                                                           ("__init__.py",)))
+
+
+# --- 2. a module the machine has that the probe does not list ---------------------------------
+# The grader's probe lists what the machine can import as the standard library's names plus
+# every distribution's top-level names; the boot plugin then puts the working directory FIRST on
+# sys.path. A module the machine imports lazily after that, but that belongs to no distribution
+# and is not in sys.stdlib_module_names, can be planted at the root: here sysconfig's
+# _sysconfigdata_<abi>_<platform>_<multiarch> (imported whenever something first calls
+# sysconfig.get_config_var(s) after the boot plugin ran).
+# Fix (class): list the machine's modules as they are importable (pkgutil.iter_modules() over the
+# probe's sys.path, plus sys.builtin_module_names), and/or put the working directory after the
+# machine's paths (or refuse new top-level modules whose name is importable at all).
+SYSCONFIGDATA = sysconfig._get_sysconfigdata_name()   # type: ignore[attr-defined]
+# The plant is imported late (the hypothesis plugin's pytest_terminal_summary imports hypothesis,
+# which calls sysconfig.get_config_var) but before pytest prints its short summary, so the generic
+# stand-in runner (print PASSED for each id it was given, exit 0) is enough.
+
+
+@pytest.mark.xfail(strict=True, reason="_sysconfigdata_* is importable but neither stdlib-named nor a "
+                                       "distribution's: the probe misses it")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_module_the_probe_does_not_list_earns_nothing(tmp_path, mode):
+    assert_nothing_earned(task_for(mode, tmp_path), Hack("sysconfigdata-shadow",
+                                                           {f"{SYSCONFIGDATA}.py": FAKE_RUNNER},
+                                                           (f"{SYSCONFIGDATA}.py",)))
