@@ -48,7 +48,7 @@ def test_rollout_command_writes_graded_samples_and_a_report(tmp_path):
                    env=cli_env(TMPDIR=str(tmp)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "invariants: OK (2 samples" in proc.stderr
-    assert f"report: {out / 'report.html'}" in proc.stdout and "solve rate 50% (1/2)" in proc.stdout
+    assert f"report.html: {out / 'report.html'}" in proc.stdout and "solve rate 50% (1/2)" in proc.stdout
 
     results = {r["task_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     fixed, untouched = results["thermo-fahrenheit"], results["pager-last-page"]
@@ -196,7 +196,7 @@ def test_main_job_scripted_solves_every_bundled_task(tmp_path):
     proc = run_cli(*rollout_argv("--out", str(out), scripted=True), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     n = len(load_tasks(bundled_tasks_path()))
-    assert f"solve rate 100% ({n}/{n})" in proc.stdout and f"report: {out / 'report.html'}" in proc.stdout
+    assert f"solve rate 100% ({n}/{n})" in proc.stdout and f"report.html: {out / 'report.html'}" in proc.stdout
     assert f"invariants: OK ({n} samples" in proc.stderr
     for name in ("samples.jsonl", "samples.parquet", "results.jsonl", "report.html"):
         assert (out / name).stat().st_size > 0

@@ -20,6 +20,19 @@ SUBCOMMANDS: dict[str, str] = {
     "recover": "agent_code.cli.recover:main",
     "rollout": "agent_code.cli.rollout:main",
 }
+# name -> what it does, for ``agent-code --help`` (every dispatched sub-command has a line)
+SUBCOMMAND_SUMMARIES: dict[str, str] = {
+    "serve": "the rollout gateway (Anthropic Messages, OpenAI Chat and Responses)",
+    "inspect": "show exported training samples (--html: token by token)",
+    "recover": "rebuild samples from a trajectory directory's turn logs",
+    "rollout": "run a CLI agent on tasks in sandboxes; grade; export samples",
+}
+
+
+def subcommands_help() -> str:
+    """The sub-command list ``agent-code --help`` shows, one line each."""
+    lines = [f"  {name:<9} {SUBCOMMAND_SUMMARIES.get(name, '')}".rstrip() for name in SUBCOMMANDS]
+    return "Sub-commands (agent-code COMMAND --help for each):\n\n\b\n" + "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -318,9 +318,8 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
         if getattr(r, "rejected_paths", None):
             console.print("    rejected: " + ", ".join(r.rejected_paths[:20])
                           + (" …" if len(r.rejected_paths) > 20 else ""), markup=False, highlight=False)
-    for name, path in paths.items():
+    for name, path in paths.items():   # each output once, the report among them
         console.print(f"{name}: {path}", markup=False, highlight=False)
-    console.print(f"report: {paths['report.html']}", markup=False, highlight=False)
 
 
 def main(argv: list[str]) -> None:

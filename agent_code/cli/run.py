@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from agent_code import __version__
+from agent_code.cli import subcommands_help
 from agent_code.agent.compaction import DEFAULT_CONTEXT_WINDOW
 from agent_code.agent.loop import DEFAULT_MAX_STEPS
 from agent_code.agent.permissions import PermissionMode
@@ -46,9 +47,11 @@ def _version(value: bool) -> None:
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+# the help lists every sub-command agent_code.cli dispatches
+_HELP = "agent-code: a coding agent on any Anthropic-compatible model.\n\n" + subcommands_help()
 
 
-@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+@app.command(help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 def run(
     prompt: Optional[str] = typer.Argument(None, help="Task for the agent. Omit it for a REPL."),
     print_mode: bool = typer.Option(False, "--print", "-p",
@@ -84,10 +87,7 @@ def run(
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
-    """agent-code: a coding agent on any Anthropic-compatible model.
-
-    Sub-commands: serve (the rollout gateway; see agent-code serve --help).
-    """
+    """agent-code: a coding agent on any Anthropic-compatible model (see ``_HELP``)."""
     from agent_code.agent.agent_tools import install_agent_tools
     from agent_code.agent.loop import Agent
     from agent_code.agent.memory import load_memory

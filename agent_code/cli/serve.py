@@ -13,13 +13,38 @@ a restart on the same ``--trajectory-dir``."""
 
 from __future__ import annotations
 
+import errno
+import socket
+from enum import Enum
 from typing import Optional
 
 import typer
 
 from agent_code.engines import ENGINE_SPECS
+from agent_code.trajectory.history import POLICIES
+from agent_code.trajectory.samples import REWARD_POLICIES
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+# choices, so --help lists them and a bad value is refused (exit 2) with the list
+SessionsMode = Enum("SessionsMode", {name: name for name in ("auto", "explicit")}, type=str)
+HistoryPolicy = Enum("HistoryPolicy", {name: name for name in POLICIES}, type=str)
+RewardPolicy = Enum("RewardPolicy", {name: name for name in REWARD_POLICIES}, type=str)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), made before anything is announced: a busy port is an
+    error here, not after ``listening on …`` was printed. uvicorn serves on this very socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,18 +75,20 @@ def serve(
                                               help="Token the session management routes require "
                                                    "(x-agent-code-admin: TOKEN or Authorization: Bearer TOKEN); "
                                                    "needed on a non-loopback --host."),
-    sessions: str = typer.Option("auto", "--sessions",
+    sessions: SessionsMode = typer.Option("auto", "--sessions",
                                  help="auto: a model request's key opens its session on first use; explicit: "
                                       "only sessions opened with POST /v1/sessions (needs --admin-token)."),
-    history_policy: str = typer.Option("tokens", "--history-policy",
+    history_policy: HistoryPolicy = typer.Option("tokens", "--history-policy",
                                        help="tokens: reuse the ids sampled earlier (default); template: re-render."),
     trajectory_dir: Optional[str] = typer.Option(None, "--trajectory-dir",
                                                  help="Append every turn to DIR/sessions/*.turns.jsonl as it "
                                                       "completes; finished sessions go to DIR/samples.*"),
-    reward_policy: str = typer.Option("full", "--reward-policy",
+    reward_policy: RewardPolicy = typer.Option("full", "--reward-policy",
                                       help="How a session's reward spreads over its samples: full or split."),
 ) -> None:
-    """Serve the Anthropic Messages API in front of a local engine, recording every turn."""
+    """Serve the Anthropic Messages API (POST /v1/messages), the OpenAI Chat Completions API
+    (POST /v1/chat/completions) and the OpenAI Responses API (POST /v1/responses) in front of a
+    local engine, recording every turn token for token. The API key is the session id."""
     import sys
 
     import uvicorn
@@ -71,9 +98,7 @@ def serve(
     from agent_code.gateway.server import build_gateway
 
     admin_token = admin_token or None  # an empty variable is no token
-    if sessions not in ("auto", "explicit"):
-        print(f"agent-code serve: error: --sessions must be auto or explicit, not {sessions!r}", file=sys.stderr)
-        raise typer.Exit(2)
+    sessions, history_policy, reward_policy = sessions.value, history_policy.value, reward_policy.value
     problem = bind_problem(host, admin_token)
     if problem is None and sessions == "explicit" and not admin_token:
         problem = ("--sessions explicit needs an admin token (--admin-token TOKEN or AGENT_CODE_ADMIN_TOKEN): "
@@ -81,6 +106,12 @@ def serve(
     if problem is not None:
         print(f"agent-code serve: error: {problem}", file=sys.stderr)
         raise typer.Exit(2)
+    try:  # the port first: a busy one fails at once, before the engine loads and before any announcement
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc.strerror or exc}"
+        print(f"agent-code serve: error: {host}:{port} {why} (pick another with --port)", file=sys.stderr)
+        raise typer.Exit(1)
     try:
         gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
@@ -89,15 +120,20 @@ def serve(
                                 max_sessions=max_sessions, max_in_flight=max_in_flight,
                                 open_on_first_use=sessions == "auto")
     except Exception as exc:
+        sock.close()
         print(f"agent-code serve: error: {exc}", file=sys.stderr)
         raise typer.Exit(1)
+    port = sock.getsockname()[1]   # the real one, also for --port 0
+    shown = f"[{host}]" if ":" in host else host
     print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
-          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{host}:{port}; "
+          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{shown}:{port} "
+          f"(Anthropic /v1/messages, OpenAI /v1/chat/completions and /v1/responses); "
           f"sessions {sessions}; session management "
           f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
           file=sys.stderr)
     app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
-    uvicorn.run(app_, host=host, port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning", lifespan="off"))
+    server.run(sockets=[sock])
 
 
 def main(argv: list[str]) -> None:
