@@ -69,3 +69,15 @@ def test_rollout_summary_names_the_report_once(tmp_path: Path, capsys) -> None:
     assert out.count(str(tmp_path / "report.html")) == 1, out
     for name, path in paths.items():
         assert f"{name}: {path}" in out
+
+
+def test_readme_stands_alone() -> None:
+    """The README names nothing outside the repository (no ``../`` paths) and no course material."""
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    outside = re.findall(r"[`(]\.\./\w[^`)\s]*", text)       # `../shared/X`, ](../X): a file outside
+    assert not outside, outside
+    assert "lesson" not in text.lower()

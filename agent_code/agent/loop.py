@@ -58,7 +58,7 @@ from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage
 if TYPE_CHECKING:
     from agent_code.agent.sessions import SessionLog
 
-# The lesson stops at 8 model calls. A real task (find the code, read it, edit, run the
+# A small cap such as 8 model calls is too few: a real task (find the code, read it, edit, run the
 # tests, fix, re-run) routinely takes 20-40 tool calls; 8 would cut most of them off
 # mid-way. 50 leaves room for that while still bounding a model that loops forever.
 DEFAULT_MAX_STEPS = 50

@@ -1,7 +1,7 @@
 """How a run is shown: the three ``--output-format``s, each a small event sink.
 
 * ``text``: the header (cwd, provider, model, base URL) and a trace of tool calls,
-  observations and the final answer, as in the lesson; with ``-p`` only the answer.
+  observations and the final answer; with ``-p`` only the answer.
 * ``json``: one JSON object when the run ends.
 * ``stream-json``: one JSON object per line, per event, flushed as it happens; nothing
   else ever goes to stdout, so a harness can parse every line.
