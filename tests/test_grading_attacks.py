@@ -70,3 +70,48 @@ def test_a_module_the_probe_does_not_list_earns_nothing(tmp_path, mode):
     assert_nothing_earned(task_for(mode, tmp_path), Hack("sysconfigdata-shadow",
                                                            {f"{SYSCONFIGDATA}.py": FAKE_RUNNER},
                                                            (f"{SYSCONFIGDATA}.py",)))
+
+
+# --- 3. an __init__.py that turns a sys.path directory into a "package" -----------------------
+# The shadowing rule lets a new module through when its directory holds an __init__.py (after the
+# change): ``pkg/json.py`` is ``pkg.json``. But a directory can be both: a package to the rule and
+# an entry of sys.path to python (PYTHONPATH=src, the usual src-layout test set-up; an editable
+# install's .pth). Adding src/__init__.py (an allowed, ordinary file) makes src/argparse.py
+# "package-internal" to the rule, while python imports it as argparse, ahead of the standard
+# library, before pytest has parsed its command line.
+# Fix (class): decide "inside a package" by what is on sys.path in the grader (the probe can
+# report the grader's sys.path as workspace-relative dirs), not by the presence of __init__.py;
+# or refuse any new module named like a shadowable one anywhere in the tree.
+SRC_CALC = {"src/calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+            "tests/test_calc.py": ("from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                                   "def test_mul():\n    assert mul(2, 3) == 6\n")}
+
+
+@pytest.mark.xfail(strict=True, reason="src/__init__.py makes src/argparse.py look package-internal, but "
+                                       "src is on sys.path")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_package_marker_on_a_sys_path_dir_does_not_let_a_shadow_through(tmp_path, mode):
+    import asyncio
+
+    from agent_code.tasks import Task, grade
+    from test_grading_hacks import EVAL_CMD, change
+    from test_tasks import ENV, PYTEST_IDS, make_box, write_tree
+
+    repo = write_tree(tmp_path / "calc", SRC_CALC)
+    grader = ({"eval_cmd": EVAL_CMD} if mode == "eval_cmd" else
+              {"test_cmd": PYTEST_IDS, "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+               "PASS_TO_PASS": ["tests/test_calc.py::test_mul"]})
+    task = Task.from_dict({"id": "calc", "repo": str(repo), "problem_statement": "add(2, 3) returns -1", **grader})
+    env = {**ENV, "PYTHONPATH": "src"}
+    fix = {"src/calc.py": SRC_CALC["src/calc.py"].replace("a - b", "a + b")}
+    hack = {"src/__init__.py": "", "src/argparse.py": FAKE_RUNNER}
+
+    async def go():
+        diffs = await asyncio.gather(change(task, fix), change(task, {}), change(task, {"src/argparse.py": FAKE_RUNNER}),
+                                     change(task, hack))
+        return await asyncio.gather(*(grade(task, d, make_box, env=env) for d in diffs))
+
+    fixed, unfixed, bare, hacked = asyncio.run(go())
+    assert fixed.reward == 1.0 and unfixed.reward == 0.0, (fixed.output, unfixed.output)   # the task is sound
+    assert bare.reward == 0.0 and bare.rejected_paths == ["src/argparse.py"]               # the rule, alone
+    assert hacked.reward == 0.0, (hacked.rejected_rules, hacked.output)
