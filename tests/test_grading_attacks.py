@@ -115,3 +115,29 @@ def test_a_package_marker_on_a_sys_path_dir_does_not_let_a_shadow_through(tmp_pa
     assert fixed.reward == 1.0 and unfixed.reward == 0.0, (fixed.output, unfixed.output)   # the task is sound
     assert bare.reward == 0.0 and bare.rejected_paths == ["src/argparse.py"]               # the rule, alone
     assert hacked.reward == 0.0, (hacked.rejected_rules, hacked.output)
+
+
+# --- 4. result lines forged in a traceback's source listing -------------------------------------
+# parse_test_results() strips every line before matching it, and reads the whole output, not the
+# short summary: any *indented* text pytest shows is taken as a result. When the test module
+# cannot be imported, pytest lists the source line of every frame of the import (indented by four
+# spaces) and runs nothing, so no FAILED/ERROR line names any id; a calc.py that crashes at import
+# through lines reading ``PASSED <id> - {...}`` earns the full reward. No code subverts pytest:
+# the module under test merely fails to import (the same works from any module it imports, and
+# from captured output a passing test prints under -rA's PASSES section).
+# Classification: the change is to the code under test, but it is a grader parsing bug, not
+# in-process subversion. Fix (class): match result lines unstripped (pytest never indents them;
+# strip only the xdist prefix), read them only from the "short test summary info" section (or
+# use a junitxml/report-log file written outside the workspace), and fail every id when the
+# output reports a collection error or "found no collectors".
+CRASH_AT_IMPORT = ('\n\ndef _c():\n    return f"""\nPASSED tests/test_calc.py::test_mul - {__import__("no_such_module")}\n"""\n'
+                   '\n\ndef _b():\n    return f"""\nPASSED tests/test_calc.py::test_add_zero - {_c()}\n"""\n'
+                   '\n\ndef _a():\n    return f"""\nPASSED tests/test_calc.py::test_add - {_b()}\n"""\n\n\n_a()\n')
+
+
+@pytest.mark.xfail(strict=True, reason="indented source lines of an import traceback parse as PASSED results")
+def test_result_lines_in_a_traceback_listing_earn_nothing(tmp_path):
+    from test_tasks import CALC
+
+    assert_nothing_earned(calc_task(tmp_path), Hack("traceback-forgery",
+                                                    {"calc.py": CALC["calc.py"] + CRASH_AT_IMPORT}, ()))
