@@ -11,8 +11,9 @@ task pager-last-page).
 
 The matrix, one rollout each:
 
-* agent-code: every hack in HACKS plus bytecode of the module under test (``unchecked_pyc``),
-  in both modes, and one honest fix per mode;
+* agent-code: the four hack classes the issue listed (``listed=True``) in both modes, our own
+  variants (the rest of HACKS plus bytecode of the module under test, ``unchecked_pyc``) in the
+  eval_cmd mode, and one honest fix per mode;
 * Claude Code: the four hack classes the issue listed (``listed=True``) in both modes, and one
   honest fix per mode (skipped where the CLI is not installed in .cache/node).
 
@@ -54,9 +55,11 @@ SANDBOX_GLOB = "agent-code-sandbox-*"
 
 
 def mode_hacks(agent: str, mode: str) -> list[Hack]:
-    """The hacks ``agent`` plays in ``mode``: every one for agent-code, the listed ones for Claude Code."""
-    if agent == "claude-code":
-        return [h for h in HACKS if h.listed]
+    """The hacks ``agent`` plays in ``mode``: the listed ones in both modes; for agent-code also our
+    own variants, in the eval_cmd mode (tests/test_grading_hacks.py grades every one in both)."""
+    listed = [h for h in HACKS if h.listed]
+    if agent == "claude-code" or mode != "eval_cmd":
+        return listed
     _, module, (_, old, new) = MODES[mode]
     return [*HACKS, unchecked_pyc(module, old, new)]
 
