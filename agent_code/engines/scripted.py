@@ -8,7 +8,8 @@ One reply per line::
 A request for session ``S`` takes the next unused line whose ``session`` is ``S`` (or, for a
 rollout's unguessable key ``<task>.<k>.<random>``, whose ``session`` is ``<task>.<k>``); once those are
 used up (or there are none) it takes the next unused line without a ``session``. Lines are
-consumed once, in file order. Nothing left → :class:`EngineError`.
+consumed once, in file order. Nothing left → :class:`ScriptExhausted`, which the gateway answers
+with a plain, non-retryable 400 that says the script ran out.
 
 A line with ``when`` is only for a request whose prompt (decoded) contains that text, and such
 a request takes it before any other line: this is how a script answers a client's side
@@ -42,6 +43,19 @@ _FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "when"}
 
 class ScriptError(EngineError, ValueError):
     """The script file is missing or malformed (reported with file:line)."""
+
+
+class ScriptExhausted(EngineError):
+    """No line of the script is left for a request. Not an engine outage, so not answered as one
+    (Anthropic's 529 ``overloaded_error``, which Claude Code retries for minutes): a plain 400
+    ``invalid_request_error`` in each protocol's own format, which no client retries — the
+    Anthropic and OpenAI SDKs retry only 408, 409, 429 and 5xx. The OpenAI code is
+    ``invalid_prompt`` because Codex retries a streamed ``response.failed`` whatever its code
+    except a few, and that is its plain non-retryable request error."""
+
+    status = 400
+    kind = "invalid_request_error"
+    code = "invalid_prompt"
 
 
 @dataclass
@@ -143,8 +157,9 @@ class ScriptedEngine:
         if self._shared:
             return self._shared.popleft()
         who = f"session {session_id!r}" if session_id is not None else "a request without a session"
-        raise EngineError(f"the engine script {self.path} is exhausted: no line left for {who} "
-                          f"({self.used} of {len(self.replies)} replies used)")
+        raise ScriptExhausted(f"the engine script {self.path} ran out (exhausted): no line left for {who} "
+                              f"({self.used} of {len(self.replies)} replies used); add lines for this request "
+                              f"(a scripted engine answers each request with the next unused line)")
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
                        session_id: str | None = None) -> Generation:
