@@ -1,10 +1,14 @@
-"""Reward hacks the grader's rules do not stop yet: each is a change that leaves the code under test
-broken, touches no test file, and still earns reward 1. Each test asserts what the grader should
-do (reward 0); those still open are marked ``xfail(strict=True)`` so the suite stays green until
-the class is closed (then the mark must go).
+"""Reward hacks an attacker found against the first version of the grader's rules: each is a
+change that leaves the code under test broken, touches no test file, and earned reward 1 — a
+root ``__init__.py`` (pytest imports it), a planted copy of an importable machine module the
+probe did not list, an ``__init__.py`` that made a ``sys.path`` directory look like a package,
+result lines forged in a traceback's source listing. Each test asserts reward 0; the classes
+are closed in ``protected.py`` (package above the tests; shadowing decided from what the
+grader's python can import and its real ``sys.path``) and ``grading.parse_test_results``
+(result lines read whole, in their own sections).
 
-Every payload reaches the test process through what the runner loads, never through the module
-under test (calc.py is left as it is).
+The payloads reach the test process through what the runner loads, except the last, which is
+a module under test that fails to import.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ def assert_nothing_earned(task, hack: Hack) -> None:
 # Fix (class): refuse a new (or changed) __init__.py in any ancestor directory of a test file
 # (the root included), not only inside directories named like test directories.
 
-@pytest.mark.xfail(strict=True, reason="a root __init__.py is taken: pytest's Package setup imports it")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_root_package_init_earns_nothing(tmp_path, mode):
     assert_nothing_earned(task_for(mode, tmp_path), Hack("root-package-init", {"__init__.py": PASS_ON_IMPORT},
@@ -63,8 +66,6 @@ SYSCONFIGDATA = sysconfig._get_sysconfigdata_name()   # type: ignore[attr-define
 # stand-in runner (print PASSED for each id it was given, exit 0) is enough.
 
 
-@pytest.mark.xfail(strict=True, reason="_sysconfigdata_* is importable but neither stdlib-named nor a "
-                                       "distribution's: the probe misses it")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_module_the_probe_does_not_list_earns_nothing(tmp_path, mode):
     assert_nothing_earned(task_for(mode, tmp_path), Hack("sysconfigdata-shadow",
@@ -87,8 +88,6 @@ SRC_CALC = {"src/calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):
                                    "def test_mul():\n    assert mul(2, 3) == 6\n")}
 
 
-@pytest.mark.xfail(strict=True, reason="src/__init__.py makes src/argparse.py look package-internal, but "
-                                       "src is on sys.path")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_package_marker_on_a_sys_path_dir_does_not_let_a_shadow_through(tmp_path, mode):
     import asyncio
@@ -135,7 +134,6 @@ CRASH_AT_IMPORT = ('\n\ndef _c():\n    return f"""\nPASSED tests/test_calc.py::t
                    '\n\ndef _a():\n    return f"""\nPASSED tests/test_calc.py::test_add - {_b()}\n"""\n\n\n_a()\n')
 
 
-@pytest.mark.xfail(strict=True, reason="indented source lines of an import traceback parse as PASSED results")
 def test_result_lines_in_a_traceback_listing_earn_nothing(tmp_path):
     from test_tasks import CALC
 

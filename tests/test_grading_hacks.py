@@ -82,7 +82,7 @@ def test_a_fix_with_a_hack_beside_it_is_graded_on_the_fix(tmp_path):
     fixed = CALC["calc.py"].replace(*FIX_CALC)
     plant = {"calc.py": fixed, "pytest.ini": "[pytest]\naddopts = -p hack_plugin\n", "hack_plugin.py": "x = 1\n"}
     honest = {"calc.py": fixed, "README.md": "# calc\n", "calc_helpers.py": "def twice(x):\n    return 2 * x\n",
-              "calclib/__init__.py": "", "calclib/json.py": "DUMPS = 1\n", "docs/notes.txt": "why\n",
+              "calclib/__init__.py": "", "calclib/jsonish.py": "DUMPS = 1\n", "docs/notes.txt": "why\n",
               "scripts/tool.py": "print('hi')\n"}
     grades, _ = grade_all(task, [Hack("fix+plant", plant, ()), Hack("honest", honest, ())])
     with_plant, clean = grades

@@ -56,6 +56,7 @@ _STATUS = "PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED"
 _SUMMARY_LINE = re.compile(rf"^({_STATUS}) (.+?)(?: - .*)?$")             # -rA
 _VERBOSE_LINE = re.compile(rf"^(\S+::.+?) ({_STATUS})(?:\s+\[\s*\d+%\])?$")  # -v
 _XDIST_PREFIX = re.compile(r"^\[gw\d+\]\s+\[\s*\d+%\]\s+")
+_SECTION = re.compile(r"^={3,} (.+?) ={3,}$")
 
 
 @dataclass
@@ -76,8 +77,11 @@ class Grade:
 # Lists what the grading machine can import (the standard library, every installed distribution's
 # top-level names) and the pytest plugins it registers, before the agent's change is applied.
 _PROBE = """
-import importlib.metadata as m, json, sys
+import importlib.metadata as m, json, os, pkgutil, sys
 names = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+here = os.getcwd()
+path = [p for p in sys.path[1:] if p and not (os.path.abspath(p) + os.sep).startswith(here + os.sep)]
+names.update(info.name for info in pkgutil.iter_modules(path))   # everything importable, private names too
 try:
     names.update(m.packages_distributions())
 except Exception:
@@ -86,7 +90,10 @@ try:
     plugins = sorted({ep.name for ep in m.entry_points(group="pytest11")})
 except Exception:
     plugins = []
-print(json.dumps({"modules": sorted(names), "pytest_plugins": plugins}))
+inside = sorted({os.path.relpath(os.path.abspath(p), here) for p in sys.path[1:] if p
+                 and (os.path.abspath(p) + os.sep).startswith(here + os.sep)})
+print(json.dumps({"modules": sorted(names), "pytest_plugins": plugins,
+                  "path_dirs": ["" if d == "." else d for d in inside]}))
 """
 
 # Loaded by pytest (``-p``) from outside the workspace when the grader runs ``python -m pytest``
@@ -105,6 +112,7 @@ _PYTEST_MODULE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python[0-9.]*\s+(?:-\S+\s+)
 class _Machine:
     modules: frozenset[str]
     pytest_plugins: tuple[str, ...]
+    path_dirs: frozenset[str] = frozenset()     # workspace directories on its sys.path (PYTHONPATH)
 
 
 async def _probe(box: Sandbox, env: Mapping[str, str] | None) -> _Machine:
@@ -115,7 +123,7 @@ async def _probe(box: Sandbox, env: Mapping[str, str] | None) -> _Machine:
                             cwd=box.workdir)
     try:
         found = json.loads(result.stdout.strip().splitlines()[-1])
-        return _Machine(frozenset(found["modules"]), tuple(found["pytest_plugins"]))
+        return _Machine(frozenset(found["modules"]), tuple(found["pytest_plugins"]), frozenset(found["path_dirs"]))
     except (ValueError, IndexError, KeyError, TypeError):
         return _Machine(frozenset(), ())
 
@@ -144,14 +152,15 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                          "listing the agent's changes", user="agent", env=index)
     changes = protected.parse_raw_diff(raw.stdout)
     tracked = await _lines(box, f"git ls-tree -r -z --name-only {baseline}", "listing the baseline", index)
-    deleted = {c.path for c in changes if c.status == "D"}
-    after = [p for p in tracked if p not in deleted] + [c.path for c in changes if c.status == "A"]
     tests = protected.patch_paths(task.test_patch)
     context = protected.Context(
         test_files=tuple(task.test_files), test_patch_paths=tests,
         grader_paths=protected.command_paths(task.eval_cmd or task.test_cmd or "", task.tests),
         test_dirs=protected.test_dirs(tracked, task.test_files, tests),
-        packages=protected.package_dirs(after),
+        test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
+                                           + list(tests)),
+        packages=protected.package_dirs(tracked),
+        path_dirs=frozenset({""}) | machine.path_dirs,
         shadowable=protected.default_shadowable(machine.modules))
     refused = protected.check(changes, context, rules)
     if refused:
@@ -187,17 +196,29 @@ def grader_env(command: str, machine: _Machine, box: Sandbox, env: Mapping[str, 
 # --- reading test results ---------------------------------------------------------------------
 
 def parse_test_results(output: str) -> dict[str, set[str]]:
-    """Every test id pytest reported in ``output``, with the statuses it got."""
+    """Every test id pytest reported in ``output``, with the statuses it got.
+
+    Result lines are read where pytest writes them, whole (no leading whitespace: an indented
+    ``PASSED ...`` is a source line in a traceback, not a result): ``-rA`` lines in the "short
+    test summary info" section, ``-v`` lines in the run's progress (before any section but
+    "test session starts"); output without section headers is read whole."""
     results: dict[str, set[str]] = {}
+    section: str | None = None
     for raw in output.splitlines():
-        line = _XDIST_PREFIX.sub("", raw.strip())
-        match = _SUMMARY_LINE.match(line)
-        if match and "::" in match.group(2):
-            results.setdefault(match.group(2), set()).add(match.group(1))
+        header = _SECTION.match(raw.rstrip())
+        if header:
+            section = header.group(1).lower()
             continue
-        match = _VERBOSE_LINE.match(line)
-        if match:
-            results.setdefault(match.group(1), set()).add(match.group(2))
+        line = _XDIST_PREFIX.sub("", raw.rstrip())
+        if section is None or "short test summary info" in section:
+            match = _SUMMARY_LINE.match(line)
+            if match and "::" in match.group(2):
+                results.setdefault(match.group(2), set()).add(match.group(1))
+                continue
+        if section is None or "test session starts" in section:
+            match = _VERBOSE_LINE.match(line)
+            if match:
+                results.setdefault(match.group(1), set()).add(match.group(2))
     return results
 
 

@@ -71,7 +71,9 @@ class Context:
     test_patch_paths: frozenset[str] = frozenset()      # files the hidden tests add or change
     grader_paths: frozenset[str] = frozenset()          # files the grader command names
     test_dirs: frozenset[str] = frozenset()             # directories holding the task's tests
-    packages: frozenset[str] = frozenset()              # directories with an __init__.py (after the change)
+    test_ancestors: frozenset[str] = frozenset()        # every directory above a test file ('' the root)
+    packages: frozenset[str] = frozenset()              # directories with an __init__.py at the baseline
+    path_dirs: frozenset[str] = frozenset({""})         # workspace directories on the grader's sys.path
     shadowable: frozenset[str] = field(default_factory=lambda: default_shadowable())
 
 
@@ -100,17 +102,21 @@ def matches_any(path: str, globs: Iterable[str]) -> bool:
     return False
 
 
-def top_level_module(change: Change, packages: frozenset[str]) -> str | None:
-    """The top-level module name ``change.path`` defines when its directory is on ``sys.path``
-    (a file or package outside any package: at the root, in a test directory, in ``src/``), or
-    None when it lives inside a package (``pkg/json.py`` is ``pkg.json`` and shadows nothing)."""
+def top_level_module(change: Change, packages: frozenset[str], path_dirs: frozenset[str] = frozenset({""})
+                     ) -> str | None:
+    """The top-level module name ``change.path`` may define: a file or package whose directory is
+    on the grader's ``sys.path`` (``path_dirs``: the root, ``src/`` on a ``PYTHONPATH``) or is not
+    inside a package that existed at the baseline (pytest puts a test file's first non-package
+    directory on ``sys.path``). None inside a baseline package off the path (``pkg/json.py`` is
+    ``pkg.json`` and shadows nothing). A package the change itself adds counts for nothing: an
+    ``__init__.py`` does not take a directory off ``sys.path``."""
     parent = posixpath.dirname(change.path)
     if change.name == "__init__.py":
         if not parent:
             return None
         grand = posixpath.dirname(parent)
-        return None if grand in packages else posixpath.basename(parent)
-    if parent in packages or not change.name.endswith(MODULE_SUFFIXES):
+        return None if grand in packages and grand not in path_dirs else posixpath.basename(parent)
+    if not change.name.endswith(MODULE_SUFFIXES) or (parent in packages and parent not in path_dirs):
         return None
     return change.name.split(".", 1)[0]
 
@@ -124,6 +130,10 @@ RULES: tuple[Rule, ...] = (
          lambda c, x: matches_any(c.path, x.test_files) or c.path in x.test_patch_paths),
     Rule("test support", "a file beside the tests (a helper, an __init__.py) runs inside the test process",
          _in_test_dir),
+    Rule("package above the tests", "a new __init__.py above a test file (the root's included) is imported "
+         "by pytest before the tests",
+         lambda c, x: c.name == "__init__.py" and c.status == "A"
+         and posixpath.dirname(c.path) in x.test_ancestors),
     Rule("grader file", "a file the grading command names (a script, a test module) runs the grading",
          lambda c, x: c.path in x.grader_paths),
     Rule("runner config", "test-runner configuration (any of its homes, anywhere) can add plugins and options",
@@ -141,7 +151,7 @@ RULES: tuple[Rule, ...] = (
          lambda c, x: "__pycache__" in c.parts or c.name.endswith(BINARY_MODULE_SUFFIXES)),
     Rule("shadowing module", "a new top-level module named like the runner, the standard library or an "
          "installed package is imported in its place",
-         lambda c, x: c.status == "A" and (top_level_module(c, x.packages) or "") in x.shadowable),
+         lambda c, x: c.status == "A" and (top_level_module(c, x.packages, x.path_dirs) or "") in x.shadowable),
     Rule("symlink or submodule", "a link can point the grader at other content; a submodule at another repo",
          lambda c, x: c.new_mode in (SYMLINK_MODE, SUBMODULE_MODE) or c.old_mode == SUBMODULE_MODE),
     Rule("git metadata", "attributes, ignores and module maps change what git applies and restores",
@@ -209,6 +219,19 @@ def test_dirs(tracked: Iterable[str], ctx_test_files: Iterable[str], extra: Iter
                 dirs.add("/".join(parts[:depth]))
                 break
     return frozenset(dirs)
+
+
+def ancestors(paths: Iterable[str]) -> frozenset[str]:
+    """Every directory above each of ``paths`` ('' for the root)."""
+    out: set[str] = set()
+    for path in paths:
+        parent = posixpath.dirname(path)
+        while True:
+            out.add(parent)
+            if not parent:
+                break
+            parent = posixpath.dirname(parent)
+    return frozenset(out)
 
 
 def package_dirs(tracked: Iterable[str]) -> frozenset[str]:
