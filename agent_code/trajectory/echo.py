@@ -22,6 +22,8 @@ what it generated.
 |---|---|---|---|
 | Claude Code | any | fills in the arguments its tool schema gives a ``default`` (``Edit``: ``"replace_all": false``) | ``tests/test_client_conformance.py::test_claude_code_conversation_is_one_sample`` |
 | Claude Code | ``Bash`` | drops a leading ``cd <its working directory> &&`` from ``command`` | same |
+| Qwen Code | any | re-serialises ``arguments`` as compact JSON (keys in the model's order) and echoes an empty ``content`` as ``null``: no row, both parse to the held reply | ``tests/test_client_conformance_codex_qwen.py::test_qwen_code_conversation_is_one_sample`` |
+| Codex | any | none: echoes every call byte for byte (``exec_command``, a ``cd <dir> &&`` prefix kept, ``spawn_agent``, the freeform ``apply_patch``) | ``tests/test_client_conformance_codex_qwen.py::test_codex_conversation_is_one_sample``, ``::test_codex_freeform_apply_patch_conversation_is_one_sample`` |
 
 Keys in another order and JSON re-serialisation never matter: arguments are compared as parsed
 JSON objects, keys sorted.
