@@ -1,9 +1,24 @@
 """An engine that replies from a JSONL script: deterministic, instant, no model.
 
-One reply per line::
+One reply per line (blank lines and ``#`` lines are skipped), in either of two shapes:
+
+* the raw completion, as the model would write it in the served chat template::
 
     {"text": "...", "session"?: "id", "finish_reason"?: "stop" | "length",
      "logprobs"?: [float, ...], "delay"?: seconds, "when"?: "substring"}
+
+* the scripted *provider*'s shape (``agent-code --provider scripted --script``), an Anthropic
+  assistant turn: a list of blocks, or ``{"content": [blocks], "stop_reason"?: ...}`` with the
+  same optional ``session``, ``delay``, ``when`` and ``logprobs``. Blocks are ``text``,
+  ``tool_use`` (``name`` and ``input``; an ``id`` is ignored — the gateway assigns the wire ids),
+  ``thinking`` (its text is the reasoning) and ``redacted_thinking`` (dropped). The turn is
+  written as completion text by the served chat template itself (the text the template
+  renders for that assistant message after its generation prompt, up to its end-of-turn
+  token), so the gateway's parsers read back the same text, reasoning and tool calls.
+  ``stop_reason`` ``max_tokens`` is ``finish_reason: "length"``; any other is ``"stop"``.
+
+  The two shapes cannot be confused: a ``text`` line is a completion, a list or a
+  ``content`` line is a turn (both keys on one line is an error).
 
 A request for session ``S`` takes the next unused line whose ``session`` is ``S`` (or, for a
 rollout's unguessable key ``<task>.<k>.<random>``, whose ``session`` is ``<task>.<k>``); once those are
@@ -39,6 +54,10 @@ from agent_code.jsonl import read_jsonl
 from agent_code.protocols.canonical import SamplingParams
 
 _FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "when"}
+_TURN_FIELDS = {"content", "stop_reason", "session", "logprobs", "delay", "when"}
+_BLOCK_TYPES = {"text", "tool_use", "thinking", "redacted_thinking"}
+_STOP_REASONS = {"end_turn": "stop", "tool_use": "stop", "stop_sequence": "stop", "max_tokens": "length"}
+_PROBE_PROMPT = [{"role": "user", "content": "agent-code scripted turn"}]
 
 
 class ScriptError(EngineError, ValueError):
@@ -100,8 +119,13 @@ class ScriptedEngine:
                 for number, where, obj in read_jsonl(self.path, ScriptError, "the engine script")]
 
     def _reply(self, obj: Any, number: int, where: str, eot: list[int]) -> ScriptedReply:
+        if isinstance(obj, list):     # the scripted provider's shape: just the blocks
+            obj = {"content": obj}
         if not isinstance(obj, dict):
-            raise ScriptError(f"{where}: each line must be a JSON object, got {type(obj).__name__}")
+            raise ScriptError(f"{where}: each line must be a JSON object (or a list of content blocks), "
+                              f"got {type(obj).__name__}")
+        if "content" in obj:
+            obj = self._turn_as_completion(obj, where)
         unknown = set(obj) - _FIELDS
         if unknown:
             raise ScriptError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
@@ -129,6 +153,48 @@ class ScriptedEngine:
             raise ScriptError(f'{where}: {len(given)} logprobs for {len(ids)} tokens')
         logprobs = [float(x) for x in given] + [default_logprob(k) for k in range(len(given), len(ids))]
         return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay), when)
+
+    def _turn_as_completion(self, obj: dict[str, Any], where: str) -> dict[str, Any]:
+        """A line in the scripted provider's shape → the same line with ``text``: the completion
+        the served chat template writes for that assistant turn."""
+        if "text" in obj:
+            raise ScriptError(f'{where}: a line has either "text" (a completion) or "content" (an assistant '
+                              f'turn of blocks), not both')
+        unknown = set(obj) - _TURN_FIELDS
+        if unknown:
+            raise ScriptError(f"{where}: unknown field(s) {sorted(unknown)} for a turn of blocks; "
+                              f"allowed: {sorted(_TURN_FIELDS)}")
+        blocks = obj["content"]
+        if not isinstance(blocks, list) or not blocks:
+            raise ScriptError(f'{where}: "content" must be a non-empty list of blocks')
+        text, reasoning, calls = [], [], []
+        for block in blocks:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind not in _BLOCK_TYPES:
+                raise ScriptError(f"{where}: unsupported block {kind!r} (expected one of {sorted(_BLOCK_TYPES)})")
+            if kind == "text" and isinstance(block.get("text"), str):
+                text.append(block["text"])
+            elif kind == "thinking" and isinstance(block.get("thinking"), str):
+                reasoning.append(block["thinking"])
+            elif kind == "tool_use":
+                name, arguments = block.get("name"), block.get("input", {})
+                if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+                    raise ScriptError(f"{where}: a tool_use block needs a 'name' and an object 'input'")
+                calls.append({"type": "function", "function": {"name": name, "arguments": arguments}})
+            elif kind in ("text", "thinking"):
+                raise ScriptError(f'{where}: a {kind} block needs a string "{kind}"')
+        stop = obj.get("stop_reason") or "end_turn"
+        if stop not in _STOP_REASONS:
+            raise ScriptError(f'{where}: "stop_reason" must be one of {sorted(_STOP_REASONS)}, got {stop!r}')
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+        if reasoning:
+            message["reasoning_content"] = "".join(reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        out = {k: v for k, v in obj.items() if k not in ("content", "stop_reason")}
+        out["text"] = completion_text(self.renderer, message, where)
+        out["finish_reason"] = _STOP_REASONS[stop]
+        return out
 
     @property
     def remaining(self) -> int:
@@ -185,6 +251,23 @@ class ScriptedEngine:
 
     async def close(self) -> None:
         return None
+
+
+def completion_text(renderer: Any, message: dict[str, Any], where: str = "") -> str:
+    """What the served chat template writes for the assistant ``message`` after its generation
+    prompt, up to (not including) its end-of-turn token: the completion a model following the
+    template would have generated for that turn."""
+    try:
+        before = renderer.render_text(_PROBE_PROMPT, None, add_generation_prompt=True)
+        full = renderer.render_text(_PROBE_PROMPT + [message], None, add_generation_prompt=False)
+    except Exception as exc:
+        raise ScriptError(f"{where}: the chat template cannot render this turn ({type(exc).__name__}: {exc}); "
+                          f'write the completion as "text" instead') from None
+    end = full.rfind(renderer.end_of_turn_text) if renderer.end_of_turn_text else -1
+    if not full.startswith(before) or end < len(before):
+        raise ScriptError(f"{where}: this chat template does not write an assistant turn after its generation "
+                          f'prompt; write the completion as "text" instead')
+    return full[len(before):end]
 
 
 def _stop_cut(renderer: Any, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
