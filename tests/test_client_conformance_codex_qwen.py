@@ -30,7 +30,7 @@ gateway's parsing already removes. Neither sends a side request headless (Qwen C
 request is for interactive sessions with a fast model configured). So: one
 ``main`` sample holding every work turn, the sub-agent its own root and sample, token-exact,
 zero drift. Codex's sub-agent has the parent's system prompt (only its first user message and
-its tools differ), so the trajectory labels it ``compaction``: the strict xfail below.
+its tools differ): its other tool set is what labels it ``sub-agent``.
 """
 
 from __future__ import annotations
@@ -274,10 +274,6 @@ def test_codex_conversation_is_one_sample(codex_run):
     assert len(echoed) == 7 and generated == echoed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Codex's sub-agent sends the parent's system prompt (and environment context); only its first "
-    "user message and its tool set (no multi_agent_v1 functions) differ, and history._root_hint / "
-    "samples._branch tell a sub-agent from a compaction by the system prompt alone"))
 def test_codex_sub_agent_is_labelled_sub_agent(codex_run):
     _, _, _, turns, samples, _, _ = codex_run
     sub_root = codex_sub_root(turns)

@@ -25,6 +25,12 @@ what it generated.
 | Qwen Code | any | re-serialises ``arguments`` as compact JSON (keys in the model's order) and echoes an empty ``content`` as ``null``: no row, both parse to the held reply | ``tests/test_client_conformance_codex_qwen.py::test_qwen_code_conversation_is_one_sample`` |
 | Codex | any | none: echoes every call byte for byte (``exec_command``, a ``cd <dir> &&`` prefix kept, ``spawn_agent``, the freeform ``apply_patch``) | ``tests/test_client_conformance_codex_qwen.py::test_codex_conversation_is_one_sample``, ``::test_codex_freeform_apply_patch_conversation_is_one_sample`` |
 
+A row applies to a tool, whoever the client is: the gateway does not know which client sent a
+request, so a row observed in one client tolerates the same rewrite from any other (the
+defaults row: any tool whose schema declares a default; the ``cd`` row: any tool named ``Bash``).
+Both rewrites keep the call's meaning, so tolerating them from a client that does not make
+them costs nothing.
+
 Keys in another order and JSON re-serialisation never matter: arguments are compared as parsed
 JSON objects, keys sorted.
 """

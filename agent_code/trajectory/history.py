@@ -81,10 +81,6 @@ def conversation_key(turn: TurnRecord, messages_key: bytes | None = None) -> byt
     return _digest(messages_key, reply)
 
 
-def _system_of(messages: Sequence[dict[str, Any]]) -> str | None:
-    return messages[0].get("content") if messages and messages[0].get("role") == "system" else None
-
-
 @dataclass
 class PromptPlan:
     """The prompt of a turn and how it came about. ``prompt_ids`` is an ``array('i')``: a held
@@ -183,7 +179,7 @@ def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tool
         return None
     if any(t.messages == messages for t in roots):
         return "retry"
-    return "sub-agent" if _system_of(messages) != _system_of(roots[0].messages) else "compaction"
+    return "compaction" if side.same_agent(messages, tools, roots[0].messages, roots[0].tools) else "sub-agent"
 
 
 def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[dict[str, Any]],

@@ -28,8 +28,8 @@ its logprob, and each (turn, offset) is trained at most once across the session'
 Branches: a root that is a client's side request (``side.py``: a known title/topic request,
 or one without tools beside roots with tools) is ``"side"``; the first other root's first chain
 is ``"main"``; another root is labelled by its ``branch_hint``, else ``"sub-agent"`` when its
-system message differs from the main root's, else ``"compaction"`` (same agent, history
-rewritten). A chain that splits off a turn an
+system message or its tool set differs from the main root's, else ``"compaction"`` (same
+agent, history rewritten). A chain that splits off a turn an
 earlier sample already holds is a ``"retry"`` unless its first own turn carries a hint.
 
 Rewards (:data:`REWARD_POLICIES`): ``"full"`` — the default — gives every sample the session
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from agent_code.trajectory.records import TurnRecord
-from agent_code.trajectory.side import side_roots
+from agent_code.trajectory.side import same_agent, side_roots
 
 __all__ = ["Sample", "build_samples", "REWARD_POLICIES", "register_reward_policy", "STATUS_BY_FINISH",
            "SAMPLE_STATUSES"]
@@ -113,13 +113,6 @@ class Sample:
         sample.rollout_log_probs = [float(x) for x in sample.rollout_log_probs]
         sample.metadata = dict(sample.metadata or {})
         return sample
-
-
-def _system(record: TurnRecord) -> Any:
-    msgs = record.messages or []
-    if msgs and isinstance(msgs[0], dict) and msgs[0].get("role") == "system":
-        return msgs[0].get("content")
-    return None
 
 
 def _chains(by_index: dict[int, TurnRecord]) -> list[list[TurnRecord]]:
@@ -249,4 +242,5 @@ def _branch(chain: list[TurnRecord], shared: list[int], first_root: TurnRecord, 
     root = chain[0]
     if root is first_root:
         return "retry"
-    return "sub-agent" if _system(root) != _system(first_root) else "compaction"
+    return "compaction" if same_agent(root.messages, root.tools, first_root.messages, first_root.tools) \
+        else "sub-agent"

@@ -49,3 +49,22 @@ def side_roots(roots: Iterable[Any]) -> set[int]:
     roots = list(roots)
     with_tools = [r for r in roots if r.tools]
     return {r.index for r in roots if is_side(r.messages, r.tools, any(o is not r for o in with_tools))}
+
+
+def tool_names(tools: Any) -> frozenset[str]:
+    """The names of the tools a request offers (canonical or Anthropic form)."""
+    names = set()
+    for tool in tools or ():
+        if isinstance(tool, dict):
+            fn = tool.get("function", tool)
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                names.add(fn["name"])
+    return frozenset(names)
+
+
+def same_agent(a_messages: Sequence[dict[str, Any]], a_tools: Any, b_messages: Sequence[dict[str, Any]],
+               b_tools: Any) -> bool:
+    """Whether two roots speak as the same agent: the same system prompt and the same tools. A
+    root that differs in either is a sub-agent (Codex's sub-agents keep the parent's system
+    prompt but get other tools); one that differs in neither is a compaction or a restart."""
+    return _system(a_messages) == _system(b_messages) and tool_names(a_tools) == tool_names(b_tools)
