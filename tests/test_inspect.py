@@ -86,3 +86,103 @@ def test_inspect_html_with_qwen3(tmp_path: Path) -> None:
     shown = "".join(re.findall(r"<span class='p' title='[^']*'>([^<]*)</span>", page))
     assert shown == "Hello &lt;b&gt;world&lt;/b&gt; &amp; "     # prompt tokens dimmed and escaped
     assert "<b>" not in page and "src=" not in page and "href=" not in page
+
+
+class _Texts(__import__("html.parser").parser.HTMLParser):
+    """The text of the token spans, keyed by the <details> labels around it (outermost first)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.where = ""
+        self.out: dict[tuple[str, ...], str] = {}
+        self.in_summary = self.in_tokens = False
+        self.spans = 0
+        self.text = ""         # all of it, in page order
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "details":
+            self.stack.append("?")
+        elif tag == "summary":
+            self.in_summary = True
+        elif tag == "div" and ("class", "tokens") in attrs:
+            self.in_tokens = True
+        elif tag == "span" and self.in_tokens:
+            self.spans += 1
+
+    def handle_endtag(self, tag):
+        if tag == "details":
+            self.stack.pop()
+        elif tag == "summary":
+            self.in_summary = False
+        elif tag == "div":
+            self.in_tokens = False
+
+    def handle_data(self, data):
+        if self.in_summary:
+            self.stack[-1] = data.split(" · ")[0]
+        elif self.in_tokens:
+            key = tuple(self.stack)
+            self.out[key] = self.out.get(key, "") + data
+            self.text += data
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason="the Qwen3 tokenizer package is not installed")
+def test_html_decodes_characters_split_across_tokens() -> None:
+    """A character whose UTF-8 bytes span several tokens shows once, in the span of the token
+    that completes it — never as "\ufffd" pieces — across the prompt/response boundary too."""
+    from agent_code.cli.inspect import span_texts
+    from agent_code.render.template import load_renderer
+
+    tok = load_renderer(QWEN3_DIR)
+    prompt_text, reply_text = "emoji 🫠 and 𝔘 ", "ꯍ then 🦜 done"
+    prompt, output = tok.encode(prompt_text), tok.encode(reply_text)
+    assert "\ufffd" in "".join(tok.decode([i]) for i in output)        # one token at a time: broken
+    [s] = build_samples([rec(0, prompt, output)], reward=1.0, decode=tok.decode)
+    page = render_html([s], tok)
+    assert "\ufffd" not in page and "&#xfffd;" not in page.lower()
+    parsed = _Texts()
+    parsed.feed(page)
+    assert parsed.spans == len(prompt) + len(output)                     # still one span per token
+    assert parsed.text == prompt_text + reply_text
+    texts = span_texts(prompt + output, tok)
+    assert "🫠" in texts and "𝔘" in texts and "ꯍ" in texts                # the completing token holds it
+
+    class NoBytes:          # a tokenizer that does not spell bytes: the decoded text's growth
+        tokenizer = object()
+        decode = staticmethod(tok.decode)
+
+    fallback = span_texts(prompt + output, NoBytes())
+    assert "".join(fallback) == prompt_text + reply_text and not any("\ufffd" in t for t in fallback)
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason="the Qwen3 tokenizer package is not installed")
+def test_html_system_prompt_and_tool_block_are_collapsible() -> None:
+    from agent_code.render.template import load_renderer
+
+    tok = load_renderer(QWEN3_DIR)
+    tools = [{"type": "function", "function": {"name": "Read", "description": "Read a file.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "system", "content": "You are a careful coding agent."},
+                {"role": "user", "content": "Fix the bug."}]
+    prompt = tok.render(messages, tools)
+    output = tok.encode("On it.") + tok.end_of_turn_ids
+    record = TurnRecord.build(session_id="sess-1", index=0, messages=messages, tools=tools, prompt_ids=prompt,
+                              output_ids=output, logprobs=[-0.5] * len(output), finish_reason="stop",
+                              reply={"role": "assistant", "content": "On it."})
+    [s] = build_samples([record], reward=1.0, decode=tok.decode)
+    page = render_html([s], tok)
+    parsed = _Texts()
+    parsed.feed(page)
+    system, tool_block = parsed.out[("system prompt",)], parsed.out[("system prompt", "tools")]
+    assert system.startswith("<|im_start|>system\nYou are a careful coding agent.") and "<|im_end|>" in system
+    assert tool_block.startswith("# Tools") and '"name": "Read"' in tool_block
+    assert tool_block.rstrip().endswith("</tool_call>")
+    rest = parsed.out[()]
+    assert "Fix the bug." in rest and "On it." in rest and "# Tools" not in rest
+    assert parsed.text == tok.decode(prompt + output)       # nothing lost or doubled around the folds
+    n_system = prompt.index(tok.end_of_turn_ids[0]) + 1
+    assert f"<summary>system prompt · {n_system} tokens</summary>" in page
+    assert page.count("<details class='seg'>") == 2
+    # without a tokenizer there is nothing to find: plain spans
+    assert "<details" not in render_html([s], None)

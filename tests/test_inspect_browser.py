@@ -49,6 +49,8 @@ def test_inspect_html_renders_in_chromium(tmp_path):
     trained = sum(samples[0].loss_mask)
     # every trained token is its own highlighted span in the rendered DOM, with its logprob
     assert dom.stdout.count('class="t" title="logprob') == trained > 0
+    # the system prompt and the tool block fold away (closed <details>, nested)
+    assert "<summary>system prompt · " in dom.stdout and "<summary>tools · " in dom.stdout
     shot = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
                     "--window-size=1200,900", page.as_uri()], capture_output=True, timeout=120, env=cli_env())
