@@ -47,15 +47,21 @@ class Launch:
     def prompt_path(self) -> str:
         return f"{self.home}/PROBLEM.md"
 
+    @property
+    def stderr_path(self) -> str:
+        return f"{self.home}/.agent-stderr.log"
+
 
 @dataclass
 class AgentRun:
     exit_code: int | None    # None: killed at the budget
     timed_out: bool
     duration: float
-    log: str                 # the CLI's stdout+stderr (for agent-code and Claude Code: stream-json)
+    log: str                 # the CLI's stdout only: stream-json (agent-code, Claude Code, Qwen Code) or
+                             # JSONL (Codex), machine-readable line by line
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    stderr: str = ""         # the CLI's stderr (its plain-text messages), kept out of the log
 
 
 def find_host_binary(name: str, candidates: Iterable[str | os.PathLike | None] = ()) -> str | None:
@@ -90,11 +96,19 @@ class CliHarness:
             await self.install(box)
             await box.write_file(launch.prompt_path, launch.prompt, user="agent")
             await self.configure(box, launch)
-            job = await box.start(self.command(launch), user="agent", env=self.env(launch), cwd=launch.workdir)
+            # the CLI's stderr goes to a file of its own (in the home, outside the diffed repository),
+            # so the job's log is its stdout alone: stream-json / JSONL, every line machine-readable
+            command = f"( {self.command(launch)} ) 2>{shlex.quote(launch.stderr_path)}"
+            job = await box.start(command, user="agent", env=self.env(launch), cwd=launch.workdir)
         except (HarnessError, SandboxError, OSError) as exc:
             return AgentRun(None, False, time.monotonic() - start, "", error=f"launch failed: {exc}")
         result = await box.wait(job, budget=budget)
-        return AgentRun(result.exit_code, result.timed_out, time.monotonic() - start, result.stdout + result.stderr)
+        try:
+            stderr = (await box.read_file(launch.stderr_path)).decode(errors="replace")
+        except Exception:   # never written (killed before the shell opened it), or unreadable
+            stderr = ""
+        return AgentRun(result.exit_code, result.timed_out, time.monotonic() - start, result.stdout,
+                        stderr=result.stderr + stderr)
 
 
 def cat_prompt(launch: Launch) -> str:

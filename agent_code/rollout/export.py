@@ -5,7 +5,9 @@
     OUT/samples.parquet       all samples, written at the end (also after Ctrl-C)
     OUT/report.html           solve rate, per-task and per-rollout tables, links below
     OUT/inspect/<id>.html     each rollout's samples token by token (``agent-code inspect``'s view)
-    OUT/rollouts/<id>.diff    the agent's diff;  OUT/rollouts/<id>.log  its run log (stream-json)
+    OUT/rollouts/<id>.diff    the agent's diff;  OUT/rollouts/<id>.log  its run log: the CLI's stdout
+                              only, stream-json (JSONL for Codex), every line machine-readable
+    OUT/rollouts/<id>.stderr  the CLI's stderr (its plain-text messages), when it wrote any
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class RunWriter:
         rollouts = self.out / "rollouts"
         (rollouts / f"{stem}.diff").write_text(result.diff, encoding="utf-8")
         (rollouts / f"{stem}.log").write_text(result.log, encoding="utf-8")
+        if getattr(result, "stderr", ""):
+            (rollouts / f"{stem}.stderr").write_text(result.stderr, encoding="utf-8")
         if samples:
             from agent_code.cli.inspect import render_html
 
@@ -151,6 +155,8 @@ def render_report(results: list[RolloutResult], title: str = "agent-code rollout
                    f"<td title='{e(r.error or '', quote=True)}'>{e(status)}</td><td>{r.turns}</td>"
                    f"<td>{r.tokens.get('trained', 0)}</td><td>{r.timings.get('agent', 0):.1f}</td>"
                    f"<td>{r.timings.get('total', 0):.1f}</td><td>{link}</td>"
-                   f"<td><a href='rollouts/{stem}.diff'>diff</a></td><td><a href='rollouts/{stem}.log'>log</a></td></tr>")
+                   f"<td><a href='rollouts/{stem}.diff'>diff</a></td><td><a href='rollouts/{stem}.log'>log</a>"
+                   + (f" · <a href='rollouts/{stem}.stderr'>stderr</a>" if getattr(r, "stderr", "") else "")
+                   + "</td></tr>")
     out.append("</table></body></html>")
     return "\n".join(out)

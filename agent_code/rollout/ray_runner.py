@@ -59,7 +59,7 @@ def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, s
 
     result, samples = asyncio.run(go())
     row = result.to_dict()
-    row["diff"], row["log"] = result.diff, result.log
+    row["diff"], row["log"], row["stderr"] = result.diff, result.log, result.stderr
     return row, [s.to_dict() for s in samples]
 
 

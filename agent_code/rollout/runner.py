@@ -78,7 +78,8 @@ class RolloutResult:
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "response": 0, "trained": 0})
     timings: dict[str, float] = field(default_factory=dict)
     diff: str = ""
-    log: str = ""
+    log: str = ""                     # the agent CLI's stdout: its stream-json (Codex: JSONL) run log
+    stderr: str = ""                  # the agent CLI's stderr, kept out of the log (plain text)
 
     @property
     def solved(self) -> bool:
@@ -92,10 +93,11 @@ class RolloutResult:
             self.error = error
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``results.jsonl`` row: everything but the diff and the log (saved beside it)."""
+        """The ``results.jsonl`` row: everything but the diff, the log and stderr (saved beside it)."""
         row = asdict(self)
         row.pop("diff")
         row.pop("log")
+        row.pop("stderr")
         return row
 
 
@@ -160,13 +162,14 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
                             max_steps=config.max_steps)
             run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))
             clock.lap("agent")
-            result.agent_exit_code, result.log = run.exit_code, run.log
+            result.agent_exit_code, result.log, result.stderr = run.exit_code, run.log, run.stderr
             if run.error:
                 result.abort("launch", run.error)
             elif run.timed_out:
                 result.abort("budget", f"the agent ran past its budget of {config.budget:g} s and was killed")
             elif run.exit_code not in OK_EXIT_CODES.get(config.agent, (0,)):
-                result.abort("agent_crash", f"the agent exited with code {run.exit_code}: {run.log[-500:]}")
+                result.abort("agent_crash", f"the agent exited with code {run.exit_code}: "
+                                              f"{(run.stderr.strip() or run.log)[-500:]}")
             try:
                 result.diff = await collect_diff(box)
             except Exception as exc:
