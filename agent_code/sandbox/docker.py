@@ -68,6 +68,7 @@ from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, 
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 PROJECT_IMAGE = "agent-code-sandbox"          # built by scripts/docker-setup.sh
+API_TIMEOUT = 600                             # seconds a Docker API call may take
 DEFAULT_IMAGE = f"{PROJECT_IMAGE}:latest"
 SETUP_COMMAND = "bash scripts/docker-setup.sh"
 RELAY_DIR = "/run/agent-code"                 # the per-sandbox host directory, inside (read-only)
@@ -246,7 +247,11 @@ class DockerSandbox(PollingJobs):
         except ImportError as e:
             raise SandboxError("the docker sandbox needs the Docker SDK: pip install 'agent-code[remote]'") from e
         try:
-            client = docker.DockerClient(base_url=self.base_url) if self.base_url else docker.from_env()
+            # creating a container copies the whole image under the vfs storage driver (what
+            # scripts/docker-setup.sh starts): on a loaded machine that takes minutes, not the
+            # SDK's default 60 s read timeout
+            client = docker.DockerClient(base_url=self.base_url, timeout=API_TIMEOUT) if self.base_url \
+                else docker.from_env(timeout=API_TIMEOUT)
             client.ping()
         except Exception as e:
             raise SandboxError(f"no Docker engine at {self.host} ({type(e).__name__}: {e})") from e
@@ -278,12 +283,12 @@ class DockerSandbox(PollingJobs):
                 working_dir="/", name=f"agent-code-{self.id}", labels={"agent-code.sandbox": self.id},
                 environment=self.env, hostname="sandbox",
                 volumes={self._relay_dir: {"bind": RELAY_DIR, "mode": "ro"}}, **self.run_options)
-        except docker.errors.APIError as e:
-            try:   # created but not started (run = create + start): not left behind
+        except Exception as e:   # an API error, or the engine too slow to answer (a read timeout)
+            try:   # created but not started (run = create + start), or created after we gave up
                 self._client.containers.get(f"agent-code-{self.id}").remove(force=True, v=True)
-            except docker.errors.APIError:
+            except Exception:
                 pass
-            raise SandboxError(f"could not start a container from {self.image}: {e}") from e
+            raise SandboxError(f"could not start a container from {self.image}: {type(e).__name__}: {e}") from e
 
     async def _set_up_users(self) -> None:
         agent, home = shlex.quote(self.agent_user), shlex.quote(self.home)
