@@ -155,7 +155,7 @@ class LocalDocker:
 def local_docker(monkeypatch, tmp_path):
     docker = pytest.importorskip("docker")
     client = LocalDocker()
-    monkeypatch.setattr(docker, "from_env", lambda: client)
+    monkeypatch.setattr(docker, "from_env", lambda **kwargs: client)
     me = pwd.getpwuid(os.getuid()).pw_name  # "useradd" is skipped: the user exists already
     box = DockerSandbox("some/image:tag", workdir=str(tmp_path / "workspace"), home=str(tmp_path / "home"),
                         agent_user=me)
