@@ -81,6 +81,7 @@ def test_claude_code_conversation_is_one_sample(tmp_path):
     assert {(n["tool"], r) for n in notes for r in n["rewrites"]} == {
         ("Edit", "Claude Code: fills in arguments whose schema has a default"),
         ("Bash", "Claude Code: drops a leading `cd <cwd> &&` from the command")}, notes
+    assert main.metadata["client_rewrites"] == notes       # and the sample carries them
     edit = next(n for n in notes if n["tool"] == "Edit")
     assert "replace_all" not in edit["generated"] and edit["echoed"]["replace_all"] is False
     # the prompts reuse what the model sampled, not the client's rewrite

@@ -209,6 +209,7 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
             "ill_formed": ill_formed,
             "drift": drift,
             "shared_turns": shared,
+            "client_rewrites": [note for u in chain for note in u.notes],
         })
         status = status_override or STATUS_BY_FINISH.get(leaf.finish_reason, "aborted")
         samples.append(Sample(
