@@ -53,3 +53,12 @@ def processes_with_env(entry: str) -> list[int]:
 
 THERMO_FIX = {"path": "thermo.py", "old_string": "(fahrenheit - FREEZING_F) * 9 / 5",
               "new_string": "(fahrenheit - FREEZING_F) * 5 / 9"}
+
+
+def session_of(results: Any, task_id: str, k: int) -> str:
+    """The session id sample ``k`` of ``task_id`` ran under, read off its result: rollout session
+    ids are ``<task>.<k>.<128 random bits>``, so a test cannot name one in advance."""
+    [result] = [r for r in results if r.task_id == task_id and r.sample == k]
+    prefix, _, secret = result.session_id.rpartition(".")
+    assert prefix == f"{task_id}.{k}" and len(secret) >= 22, result.session_id
+    return result.session_id

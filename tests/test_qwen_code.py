@@ -24,7 +24,7 @@ from agent_code.rollout.runner import RolloutConfig, run_all
 from agent_code.tasks import load_tasks
 from agent_code.trajectory.verify import verify_samples
 from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway
-from rollout_fixtures import call, say, tasks_file
+from rollout_fixtures import call, say, session_of, tasks_file
 
 
 def qwen_binary() -> str:
@@ -97,7 +97,8 @@ def test_qwen_code_rollout_is_graded(tmp_path):
     assert result.agent_exit_code == 0 and result.abort_reason is None, result.error or result.log[-3000:]
     assert result.reward == 1.0 and result.turns == 2
     assert "+    return (fahrenheit - FREEZING_F) * 5 / 9" in result.diff
-    assert " passed" in json.dumps(turns["thermo-fahrenheit.0"][1].messages[-1])  # the task's python, in the sandbox
-    samples = collected["thermo-fahrenheit.0"]
+    sid = session_of([result], "thermo-fahrenheit", 0)
+    assert " passed" in json.dumps(turns[sid][1].messages[-1])  # the task's python, in the sandbox
+    samples = collected[sid]
     assert samples and verify_samples(samples, turns) == []
     assert all(s.metadata["agent"] == "qwen-code" for s in samples)

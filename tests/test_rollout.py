@@ -15,7 +15,7 @@ from agent_code.trajectory.store import TurnLog, read_samples
 from agent_code.trajectory.verify import verify_samples
 from conftest import cli_env, run_cli
 from gateway_fixtures import qwen25_renderer, scripted_gateway, write_script
-from rollout_fixtures import THERMO_FIX, call, processes_with_env, say, tasks_file
+from rollout_fixtures import THERMO_FIX, call, processes_with_env, say, session_of, tasks_file
 
 SANDBOX_GLOB = "agent-code-sandbox-*"
 
@@ -95,7 +95,7 @@ def test_a_hanging_agent_is_killed_at_its_budget_and_recorded(tmp_path, monkeypa
     with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
         config = RolloutConfig(budget=4, model="test-model")
         [result] = asyncio.run(run_all(tasks, config, url))
-        left = processes_with_env("ANTHROPIC_AUTH_TOKEN=thermo-fahrenheit.0")
+        left = processes_with_env(f"ANTHROPIC_AUTH_TOKEN={session_of([result], 'thermo-fahrenheit', 0)}")
     assert result.status == "aborted" and result.abort_reason == "budget"
     assert result.agent_exit_code is None and 4 <= result.timings["agent"] < 15
     assert result.reward == 0.0 and result.turns == 1   # graded anyway; the answered turn is kept
@@ -231,3 +231,34 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
     assert len(read_samples(out / "samples.parquet")) == 1
     assert processes_with_env("ANTHROPIC_AUTH_TOKEN=pager-last-page.0") == []
     assert sandboxes_in(tmp) == []
+
+
+def test_a_stopped_rollout_names_the_session_it_opened(monkeypatch):
+    """Ctrl-C mid-rollout: the ``interrupted`` result names the session the rollout really
+    opened (session ids are random, so minting the ids again would name a session that never was)."""
+    from types import SimpleNamespace
+
+    from agent_code.rollout import runner
+
+    opened: list[tuple[str, str]] = []
+
+    async def hangs(task, k, config, client, *, ids=None, **_):
+        opened.append(ids or runner.rollout_ids(task.id, k))   # the ids the session is opened under
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(runner, "run_rollout", hangs)
+    recorded: list[RolloutResult] = []
+
+    async def main() -> None:
+        job = asyncio.ensure_future(run_all([SimpleNamespace(id="thermo-fahrenheit")], RolloutConfig(),
+                                            "http://127.0.0.1:9", on_result=lambda r, s: recorded.append(r)))
+        while not opened:
+            await asyncio.sleep(0.01)
+        job.cancel()
+        await asyncio.gather(job, return_exceptions=True)
+
+    asyncio.run(main())
+    [stopped] = recorded
+    assert stopped.abort_reason == "interrupted"
+    assert (stopped.rollout_id, stopped.session_id) == opened[0]
+    assert session_of(recorded, "thermo-fahrenheit", 0) == opened[0][1]

@@ -11,7 +11,7 @@ from agent_code.rollout.runner import RolloutConfig, run_all
 from agent_code.tasks import load_tasks
 from agent_code.trajectory.verify import verify_samples
 from gateway_fixtures import qwen25_renderer, scripted_gateway
-from rollout_fixtures import call, say, tasks_file
+from rollout_fixtures import call, say, session_of, tasks_file
 
 import pytest
 
@@ -38,16 +38,17 @@ def test_claude_code_rollouts_are_graded_with_the_tests_restored(tmp_path):
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
 
     by_sample = {r.sample: r for r in results}
+    fixed_sid, cheated_sid = (session_of(results, "thermo-fahrenheit", k) for k in (0, 1))
     fixed, cheated = by_sample[0], by_sample[1]
     assert fixed.agent_exit_code == 0 and fixed.abort_reason is None, fixed.error or fixed.log[-2000:]
     assert fixed.reward == 1.0 and fixed.applied_cleanly and fixed.turns == 2
     assert "+    return (fahrenheit - FREEZING_F) * 5 / 9" in fixed.diff
 
     assert cheated.agent_exit_code == 0 and cheated.abort_reason is None, cheated.error
-    assert "tests/test_thermo.py" in cheated.diff and "1 passed" in turns["thermo-fahrenheit.1"][1].messages[-1]["content"]
+    assert "tests/test_thermo.py" in cheated.diff and "1 passed" in turns[cheated_sid][1].messages[-1]["content"]
     assert cheated.reward == 0.0 and cheated.applied_cleanly   # the edited test was put back
 
     samples = [s for group in collected.values() for s in group]
-    assert {s.session_id: s.reward for s in samples} == {"thermo-fahrenheit.0": 1.0, "thermo-fahrenheit.1": 0.0}
+    assert {s.session_id: s.reward for s in samples} == {fixed_sid: 1.0, cheated_sid: 0.0}
     assert verify_samples(samples, turns) == []
     assert all(s.metadata["agent"] == "claude-code" for s in samples)

@@ -12,7 +12,7 @@ from agent_code.rollout.runner import RolloutConfig, run_all
 from agent_code.tasks import load_tasks
 from agent_code.trajectory.verify import verify_samples
 from gateway_fixtures import qwen25_renderer, scripted_gateway
-from rollout_fixtures import call, say, tasks_file
+from rollout_fixtures import call, say, session_of, tasks_file
 
 THERMO_PATCH = """apply_patch <<'EOF'
 *** Begin Patch
@@ -45,17 +45,18 @@ def test_codex_rollouts_pass_the_trajectory_invariants(tmp_path):
         turns = {sid: list(gateway.store.get(sid).turns) for sid in collected}
 
     by_task = {r.task_id: r for r in results}
+    thermo_sid, pager_sid = session_of(results, "thermo-fahrenheit", 0), session_of(results, "pager-last-page", 0)
     for result in results:
         assert result.agent_exit_code == 0 and result.abort_reason is None, result.error or result.log[-3000:]
         assert result.reward == 1.0 and result.applied_cleanly
     thermo, pager = by_task["thermo-fahrenheit"], by_task["pager-last-page"]
     assert thermo.turns == 3 and "+    return (fahrenheit - FREEZING_F) * 5 / 9" in thermo.diff
     assert '"type":"file_change"' in thermo.log                    # Codex applied the patch itself
-    assert "def fahrenheit_to_celsius" in str(turns["thermo-fahrenheit.0"][1].messages[-1])  # `cat` ran
+    assert "def fahrenheit_to_celsius" in str(turns[thermo_sid][1].messages[-1])  # `cat` ran
     assert pager.turns == 2 and "+    return -(-total // per_page)" in pager.diff
-    assert "5 passed" in str(turns["pager-last-page.0"][1].messages[-1])   # the tests ran in the sandbox
+    assert "5 passed" in str(turns[pager_sid][1].messages[-1])   # the tests ran in the sandbox
 
     samples = [s for group in collected.values() for s in group]
-    assert {s.session_id for s in samples} == {"thermo-fahrenheit.0", "pager-last-page.0"}
+    assert {s.session_id for s in samples} == {thermo_sid, pager_sid}
     assert verify_samples(samples, turns) == []
     assert all(s.metadata["agent"] == "codex" and s.reward == 1.0 for s in samples)

@@ -44,7 +44,8 @@ class NodeGateway:
 
 
 def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, str],
-                     admin_token: str | None = None) -> tuple[dict, list[dict]]:
+                     admin_token: str | None = None, ids: tuple[str, str] | None = None
+                     ) -> tuple[dict, list[dict]]:
     """A Ray task: one rollout against the gateway of the node it landed on."""
     import ray
 
@@ -55,7 +56,7 @@ def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, s
 
     async def go() -> tuple[RolloutResult, list[Sample]]:
         async with GatewayClient(url, admin_token=admin_token) as client:
-            return await run_rollout(task, k, config, client)
+            return await run_rollout(task, k, config, client, ids=ids)
 
     result, samples = asyncio.run(go())
     row = result.to_dict()
@@ -83,7 +84,7 @@ async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_optio
                  log_to_driver=False, configure_logging=False)
     actors: list[Any] = []
     results: list[RolloutResult] = []
-    pending: dict[Any, tuple[Any, int]] = {}
+    pending: dict[Any, tuple[Any, int, tuple[str, str]]] = {}
     try:
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
         actor_cls = ray.remote(num_cpus=0)(NodeGateway)
@@ -96,16 +97,16 @@ async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_optio
         while queue or pending:
             while queue and len(pending) < limit:
                 task, k = queue.pop(0)
-                ref = remote.remote(task, k, config, urls, token)
-                pending[asyncio.wrap_future(ref.future())] = (task, k)
+                ids = rollout_ids(task.id, k)   # minted here: a task that dies still names its session
+                ref = remote.remote(task, k, config, urls, token, ids)
+                pending[asyncio.wrap_future(ref.future())] = (task, k, ids)
             done, _ = await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
             for fut in done:
-                task, k = pending.pop(fut)
+                task, k, (rid, sid) = pending.pop(fut)
                 try:
                     row, sample_rows = fut.result()
                     result, samples = _result_from_row(row), [Sample.from_dict(s) for s in sample_rows]
                 except Exception as exc:  # the Ray task itself died (node lost, worker killed)
-                    rid, sid = rollout_ids(task.id, k)
                     result, samples = RolloutResult(rid, task.id, k, sid, config.agent), []
                     result.abort("boot", f"the Ray task failed: {type(exc).__name__}: {exc}")
                 results.append(result)

@@ -119,12 +119,14 @@ class _Clock:
 
 
 async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayClient, *,
-                      gateway_url: str | None = None) -> tuple[RolloutResult, list[Sample]]:
+                      gateway_url: str | None = None, ids: tuple[str, str] | None = None
+                      ) -> tuple[RolloutResult, list[Sample]]:
     """Run sample ``k`` of ``task`` against the gateway behind ``client``; never raises for a
-    failed rollout (only for cancellation, after cleaning up)."""
+    failed rollout (only for cancellation, after cleaning up). ``ids`` (rollout id, session id)
+    are minted here unless the caller did, so that it can name the session if the rollout dies."""
     from agent_code.tasks import collect_diff, grade, prepare_workspace
 
-    rollout_id, session_id = rollout_ids(task.id, k)
+    rollout_id, session_id = ids or rollout_ids(task.id, k)
     result = RolloutResult(rollout_id, task.id, k, session_id, config.agent)
     started = time.monotonic()
     clock = _Clock(result.timings)
@@ -255,12 +257,12 @@ async def run_all(tasks: Sequence[Any], config: RolloutConfig, gateway_url: str,
     async with GatewayClient(gateway_url) as client:
         async def one(task: Any, k: int) -> None:
             async with gate:
+                rid, sid = rollout_ids(task.id, k)   # minted once: a stopped rollout names its real session
                 if on_start is not None:
-                    on_start(rollout_ids(task.id, k)[0])
+                    on_start(rid)
                 try:
-                    result, samples = await run_rollout(task, k, config, client)
+                    result, samples = await run_rollout(task, k, config, client, ids=(rid, sid))
                 except asyncio.CancelledError:
-                    rid, sid = rollout_ids(task.id, k)
                     stopped = RolloutResult(rid, task.id, k, sid, config.agent)
                     stopped.abort("interrupted", "stopped by the user")
                     await deliver(stopped, [])
