@@ -1,5 +1,5 @@
 """Path globs → regular expressions, one dialect for every part of agent-code that matches
-paths: the ``glob`` and ``grep`` tools, permission rules (``agent/rules.py``) and a task's
+paths: the ``glob`` and ``grep`` tools, permission rules (``policy/rules.py``) and a task's
 test files (``tasks/grading.py``)."""
 
 from __future__ import annotations

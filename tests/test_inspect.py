@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent_code.cli.inspect import app, main, render_html
+from agent_code.cli.inspect import app, main
 from agent_code.render.template import qwen3_tokenizer_dir
+from agent_code.rollout.inspect_html import render_html
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.samples import build_samples
 from agent_code.trajectory.store import TurnLog, write_samples
@@ -131,7 +132,7 @@ class _Texts(__import__("html.parser").parser.HTMLParser):
 def test_html_decodes_characters_split_across_tokens() -> None:
     """A character whose UTF-8 bytes span several tokens shows once, in the span of the token
     that completes it — never as "\ufffd" pieces — across the prompt/response boundary too."""
-    from agent_code.cli.inspect import span_texts
+    from agent_code.rollout.inspect_html import span_texts
     from agent_code.render.template import load_renderer
 
     tok = load_renderer(QWEN3_DIR)

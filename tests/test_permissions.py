@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent_code.agent import Agent
-from agent_code.agent.permissions import (Decision, PermissionMode, PermissionPolicy, decide,
-                                          mode_behavior)
+from agent_code.policy.permissions import (Decision, PermissionMode, PermissionPolicy, decide,
+                                           mode_behavior)
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
 from agent_code.tools.base import ToolRegistry, tool

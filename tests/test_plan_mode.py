@@ -12,13 +12,13 @@ from conftest import run_cli
 
 from agent_code.agent import Agent
 from agent_code.agent.agent_tools import install_agent_tools
-from agent_code.agent.permissions import (
+from agent_code.agent.prompt import system_prompt
+from agent_code.policy.permissions import (
     PermissionPolicy,
     effective_kind,
     is_read_only_command,
     read_only_command_problem,
 )
-from agent_code.agent.prompt import system_prompt
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
 

@@ -18,11 +18,11 @@ import pytest
 from agent_code.agent import Agent
 from agent_code.agent.agent_tools import install_agent_tools
 from agent_code.agent.compaction import check_tool_pairing
-from agent_code.agent.permissions import PermissionMode
 from agent_code.agent.prompt import system_prompt
 from agent_code.agent.undo import undo_last
 from agent_code.cli.render import TextRenderer
 from agent_code.cli.repl import COMMANDS, Repl, interactive_system
+from agent_code.policy import PermissionMode
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
 from agent_code.types import ToolCall

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from agent_code.agent import Agent
-from agent_code.agent.commands import analyze, normalize
-from agent_code.agent.denylist import RULE_IDS, first_hit
-from agent_code.agent.permissions import PermissionMode, PermissionPolicy
-from agent_code.agent.rules import (RuleError, RuleSet, parse_command_pattern, parse_rule, path_matches,
-                                    suggest_rules)
 from agent_code.agent.settings import SettingsError, load_settings, merge_settings
-from agent_code.agent.shell_syntax import Op, Word, tokenize
+from agent_code.policy.commands import analyze, normalize
+from agent_code.policy.denylist import RULE_IDS, first_hit
+from agent_code.policy.permissions import PermissionMode, PermissionPolicy
+from agent_code.policy.rules import (RuleError, RuleSet, parse_command_pattern, parse_rule, path_matches,
+                                     suggest_rules)
+from agent_code.policy.shell_syntax import Op, Word, tokenize
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
 from agent_code.tools.base import ToolRegistry, tool

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 from agent_code.agent import Agent
-from agent_code.agent.permissions import PermissionPolicy
+from agent_code.agent.prompt import skills_prompt
 from agent_code.agent.settings import Settings, configure_agent
-from agent_code.agent.skills import find_skills, skills_prompt, split_front_matter
+from agent_code.policy import PermissionPolicy
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
+from agent_code.tools.skills import find_skills, split_front_matter
 from agent_code.types import ToolCall
 
 

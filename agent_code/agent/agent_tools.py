@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from agent_code.agent.permissions import PermissionMode
 from agent_code.agent.subagent import run_subagent
 from agent_code.agent.todos import STATUSES, TodoError, parse_todos, render_todos
+from agent_code.policy import PermissionMode
 from agent_code.tools.base import Tool, ToolContext, ToolError, tool
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ for tools, every ``tool_use`` gets a ``tool_result`` (same id, same order) and a
 them go back together in the next **user** message, as the protocol requires. The loop
 stops on a reply without tool calls, or after ``max_steps`` model calls.
 
-Before a tool runs, the loop asks its :class:`PermissionPolicy` (``agent/permissions.py``)
+Before a tool runs, the loop asks its :class:`PermissionPolicy` (``policy/permissions.py``)
 whether the call may run; the policy decides from the tool's ``kind``, never its name. A
 denied call is not run: its ``tool_result`` is the denial (``is_error: true``), and the
 call is listed in the result's ``permission_denials``.
@@ -49,8 +49,8 @@ from agent_code.agent.compaction import (
     estimate_tokens,
     should_compact,
 )
-from agent_code.agent.permissions import PermissionMode, PermissionPolicy
 from agent_code.agent.todos import Todo
+from agent_code.policy import PermissionMode, PermissionPolicy
 from agent_code.providers.base import ModelProvider, ProviderError
 from agent_code.tools.base import Tool, ToolContext, ToolRegistry
 from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage

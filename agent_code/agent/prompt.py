@@ -4,12 +4,17 @@ The base text says how to work; one line more says what the permission mode allo
 the model does not spend turns on calls that will be refused (it would still be told so,
 by the denial itself). Project memory (``AGENTS.md`` files, see ``agent/memory.py``) comes
 last, in its own delimited blocks, so the instructions of the harness and of the user never
-blur together.
+blur together. The installed skills (``tools/skills.py``) get a section listing their
+names and descriptions (:func:`skills_prompt`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent_code.tools.skills import Skill
 
 SYSTEM_PROMPT = """\
 You are agent-code, a coding agent working in the project at {cwd}.
@@ -48,3 +53,13 @@ def system_prompt(cwd: Path, permission_mode: str | None = None, memory: str = "
     if memory:
         text += "\n\n" + memory
     return text
+
+
+def skills_prompt(skills: list[Skill]) -> str:
+    """The system prompt's section listing the skills ('' when there are none)."""
+    if not skills:
+        return ""
+    lines = [("Skills: instructions for particular tasks. When a task matches one, call the skill "
+              "tool with its name first and follow what it says.")]
+    lines += [f"- {s.name}: {s.description}" for s in skills]
+    return "\n".join(lines)

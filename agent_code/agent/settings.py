@@ -21,10 +21,11 @@ Shape (a subset of Claude Code's; other top-level keys are ignored)::
 Merging: the ``allow``/``ask``/``deny`` lists and each hook event's list are joined (every
 file's rules count; precedence is by behaviour — deny, then ask, then allow — never by
 file); ``defaultMode`` is the last file's that sets one, and applies only when
-``--permission-mode`` is not given. The rule syntax is in ``agent/rules.py``, hooks in
-``agent/hooks.py``. A file that is not valid JSON, or a rule, mode or hook that cannot be
-read, is an error naming the file — never silently skipped, since a skipped file could
-be a skipped deny rule. Unknown keys inside ``permissions`` are warnings.
+``--permission-mode`` is not given. The ``permissions`` section is read by
+``policy/settings.py`` (rule syntax: ``policy/rules.py``), hooks by ``agent/hooks.py``. A
+file that is not valid JSON, or a rule, mode or hook that cannot be read, is an error
+naming the file — never silently skipped, since a skipped file could be a skipped deny
+rule. Unknown keys inside ``permissions`` are warnings.
 
 :func:`configure_agent` puts a loaded :class:`Settings` on an :class:`Agent`: the rules and
 the PreToolUse hooks on its permission policy, PostToolUse on ``after_tool``, Stop on
@@ -39,16 +40,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
-from agent_code.agent.rules import RuleError, RuleSet, parse_rule
+from agent_code.policy import RuleSet
+from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
 
 USER_DIR = ".agent-code"
 PROJECT_DIR = ".agent"
-MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
-PERMISSION_KEYS = ("allow", "ask", "deny", "defaultMode")
-
-
-class SettingsError(ValueError):
-    """A settings file that cannot be used; the message names the file and the problem."""
 
 
 def user_dir(home: Path | None = None) -> Path:
@@ -96,34 +92,18 @@ def merge_settings(layers: list[tuple[str, dict[str, Any]]]) -> Settings:
     out = Settings()
     for label, data in layers:
         out.sources.append(label)
-        permissions = data.get("permissions", {})
-        if not isinstance(permissions, dict):
-            raise SettingsError(f"'permissions' in {label} must be an object")
-        for key in permissions:
-            if key not in PERMISSION_KEYS:
-                out.warnings.append(f"{label}: unknown key permissions.{key} ignored "
-                                    f"(known: {', '.join(PERMISSION_KEYS)})")
-        for behavior in ("deny", "ask", "allow"):
-            texts = permissions.get(behavior, [])
-            if not isinstance(texts, list):
-                raise SettingsError(f"permissions.{behavior} in {label} must be a list of rules")
-            for text in texts:
-                try:
-                    out.rules.add(parse_rule(text, behavior, label))  # type: ignore[arg-type]
-                except RuleError as exc:
-                    raise SettingsError(str(exc)) from None
-        mode = permissions.get("defaultMode")
-        if mode is not None:
-            if mode not in MODES:
-                raise SettingsError(f"permissions.defaultMode {mode!r} in {label} is not a mode; "
-                                    f"expected one of {', '.join(MODES)}")
-            out.default_mode = mode
+        permissions = read_permissions(data.get("permissions", {}), label)
+        out.warnings.extend(permissions.warnings)
+        for rule in permissions.rules:
+            out.rules.add(rule)
+        if permissions.default_mode is not None:
+            out.default_mode = permissions.default_mode
         try:
             for event, matchers in parse_hooks(data.get("hooks"), label).items():
                 out.hooks.setdefault(event, []).extend(matchers)
         except HookConfigError as exc:
             raise SettingsError(str(exc)) from None
-    out.rules.rules.sort(key=lambda r: ("deny", "ask", "allow").index(r.behavior))
+    by_precedence(out.rules.rules)
     return out
 
 
@@ -140,7 +120,8 @@ def load_settings(root: Path, home: Path | None = None) -> Settings:
 def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli: bool = False,
                     home: Path | None = None, report: Callable[[str], None] | None = None) -> Hooks:
     """Wire ``settings`` (and the installed skills) into ``agent``; returns its hooks."""
-    from agent_code.agent.skills import find_skills, skills_prompt
+    from agent_code.agent.prompt import skills_prompt
+    from agent_code.tools.skills import find_skills
 
     policy = agent.permissions
     policy.rules = RuleSet(list(settings.rules.rules), home=str(home) if home else None)

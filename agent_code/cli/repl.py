@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from agent_code.agent.permissions import PermissionMode
-from agent_code.agent.rules import parse_rule, subject_of, suggest_rules
 from agent_code.agent.undo import undo_last
+from agent_code.policy import PermissionMode, parse_rule, subject_of, suggest_rules
 
 EXIT_OK = 0
 MODE_NAMES = {m.value.lower(): m for m in PermissionMode}

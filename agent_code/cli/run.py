@@ -22,9 +22,12 @@ from agent_code import __version__
 from agent_code.cli import subcommands_help
 from agent_code.agent.compaction import DEFAULT_CONTEXT_WINDOW
 from agent_code.agent.loop import DEFAULT_MAX_STEPS
-from agent_code.agent.permissions import PermissionMode
+from agent_code.policy import PermissionMode
 
 EXIT_OK, EXIT_ERROR, EXIT_MAX_STEPS, EXIT_INTERRUPTED = 0, 1, 3, 130
+# --provider scripted without --script replays the demo's script. A path into the package
+# data, not an import: agent_code.demo sits above the CLI (it runs it).
+DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "demo_script.jsonl"
 
 
 class OutputFormat(str, Enum):
@@ -127,6 +130,8 @@ def run(
             fail(str(exc))
     if local or engine:
         provider = ProviderName.local
+    if provider is ProviderName.scripted and script is None:
+        script = DEMO_SCRIPT
     try:
         llm = create_provider(provider.value, model, base_url=base_url, script=script, max_tokens=max_tokens,
                               engine=engine)

@@ -27,9 +27,10 @@ def create_provider(name: str, model: str, base_url: str | None = None,
         return MockProvider(model=model)
     if name == "scripted":
         from agent_code.providers.scripted import ScriptedProvider
-        from agent_code.demo import DEMO_SCRIPT
 
-        return ScriptedProvider(script or DEMO_SCRIPT, model=model)
+        if script is None:  # the CLI fills in the demo's script
+            raise ProviderError("the scripted provider needs a script (--script FILE)")
+        return ScriptedProvider(script, model=model)
     raise ProviderError(f"unknown provider '{name}' (choose from {', '.join(PROVIDERS)})")
 
 

@@ -53,7 +53,7 @@ class RunWriter:
         if getattr(result, "stderr", ""):
             (rollouts / f"{stem}.stderr").write_text(result.stderr, encoding="utf-8")
         if samples:
-            from agent_code.cli.inspect import render_html
+            from agent_code.rollout.inspect_html import render_html
 
             page = render_html(samples, self.renderer, title=f"rollout {result.rollout_id}")
             (self.out / "inspect" / f"{stem}.html").write_text(page, encoding="utf-8")

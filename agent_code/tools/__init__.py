@@ -16,7 +16,7 @@ __all__ = ["Tool", "ToolContext", "ToolError", "ToolKind", "ToolRegistry", "tool
 def default_tools() -> ToolRegistry:
     """A fresh registry with every built-in tool: read tools first, then edit_file,
     write_file and bash. Registering a tool does not let it run: the permission mode
-    decides per call from its ``kind`` (see ``agent_code.agent.permissions``)."""
+    decides per call from its ``kind`` (see ``agent_code.policy``)."""
     registry = ToolRegistry()
     for t in (_builtin.echo, _builtin.system_date, _files.read_file, _files.list_files,
               _files.glob, _grep.grep, _files.project_tree, _edit.edit_file, _edit.write_file,

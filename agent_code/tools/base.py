@@ -11,7 +11,7 @@ exceptions into ``is_error`` results: a tool never ends the run.
 
 Every tool has a ``kind`` (:data:`ToolKind`): ``read`` (looks, changes nothing), ``edit``
 (changes files in the project) or ``execute`` (runs commands, so it can do anything). The
-kind is the tool's *policy*: the permission layer (``agent_code.agent.permissions``)
+kind is the tool's *policy*: the permission layer (``agent_code.policy``)
 decides from it whether a call may run, so no code ever special-cases a tool's name.
 
 The :class:`ToolContext` carries what tools share during one session besides the root:

@@ -1,6 +1,6 @@
 """The ``skill`` tool (kind ``read``): the full instructions of one installed skill.
 
-Skills are found by ``agent_code.agent.skills`` (``.agents/skills/*/SKILL.md`` in the
+Skills are found by ``agent_code.tools.skills`` (``.agents/skills/*/SKILL.md`` in the
 project, ``~/.agent-code/skills/*/SKILL.md``); their names and descriptions are listed in
 the system prompt, and this tool loads a body when the model needs it.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from agent_code.tools.base import ToolContext, ToolError, tool
+from agent_code.tools.skills import find_skills
 
 
 @tool()
@@ -19,8 +20,6 @@ def skill(
 ) -> str:
     """Load the full instructions of a skill listed under 'Skills' in the system prompt,
     then follow them. If the system prompt lists no skills, none are installed."""
-    from agent_code.agent.skills import find_skills
-
     skills = find_skills(ctx.root)
     chosen = next((s for s in skills if s.name == name), None)
     if chosen is None:

@@ -16,9 +16,9 @@ A ``SKILL.md`` starts with a small front matter, then the instructions::
 The front matter is read as ``key: value`` lines (values may be quoted; an indented
 line continues the previous value; ``>``/``|`` block markers are accepted). ``name``
 defaults to the directory's name and ``description`` to the body's first line. Only
-names and descriptions go into the system prompt (:func:`skills_prompt`); the body is
-read when the model calls the ``skill`` tool (``agent_code/tools/skill.py``), so a
-large skill costs nothing until it is used.
+names and descriptions go into the system prompt (``skills_prompt`` in
+``agent/prompt.py``); the body is read when the model calls the ``skill`` tool
+(``tools/skill.py``), so a large skill costs nothing until it is used.
 """
 
 from __future__ import annotations
@@ -106,13 +106,3 @@ def find_skills(root: Path, home: Path | None = None) -> list[Skill]:
             if _NAME.match(skill.name) and skill.name not in found:
                 found[skill.name] = skill
     return sorted(found.values(), key=lambda s: s.name)
-
-
-def skills_prompt(skills: list[Skill]) -> str:
-    """The system prompt's section listing the skills ('' when there are none)."""
-    if not skills:
-        return ""
-    lines = [("Skills: instructions for particular tasks. When a task matches one, call the skill "
-              "tool with its name first and follow what it says.")]
-    lines += [f"- {s.name}: {s.description}" for s in skills]
-    return "\n".join(lines)

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agent_code.agent.commands import (INTERPRETERS, SHELLS, Analysis, Command, Invocation, normalize,
+from agent_code.policy.commands import (INTERPRETERS, SHELLS, Analysis, Command, Invocation, normalize,
                                        normalize_path, shell_script)
-from agent_code.agent.shell_syntax import WRITE_REDIRECTIONS
+from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
 SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
                          "/root", "/sbin", "/srv", "/sys", "/usr", "/var", "/Users", "/System", "/Library",

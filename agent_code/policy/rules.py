@@ -42,7 +42,7 @@ operands (``*`` inside a word is a wildcard). Then:
 (``secrets`` covers ``secrets/key.pem``). The call's path is resolved first, so
 ``./a/../secrets/x`` and a symlink into ``secrets/`` are caught.
 
-Precedence: the built-in deny list (:mod:`agent.denylist`), then deny rules, then ask
+Precedence: the built-in deny list (:mod:`policy.denylist`), then deny rules, then ask
 rules, then allow rules; :meth:`RuleSet.evaluate` returns the first that decides, or
 None for "no rule: ask the permission mode". A directory-walking call (``grep`` over
 the whole project) is judged by its own path argument, not by every file it reads.
@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from agent_code.agent import denylist
-from agent_code.agent.commands import Analysis, Command, Invocation, analyze, normalize
-from agent_code.agent.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.globs import glob_regex
+from agent_code.policy import denylist
+from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize
+from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
 Behavior = Literal["allow", "ask", "deny"]

@@ -21,9 +21,9 @@ The decision is two pure steps, so each can grow without the other changing:
 :class:`PermissionPolicy` is what the agent loop holds and asks before every call; it
 never looks at tool names. :meth:`PermissionPolicy.check` runs, in order:
 
-1. the **built-in deny list** (``agent/denylist.py``: ``rm -rf /`` in any spelling, mkfs,
+1. the **built-in deny list** (``policy/denylist.py``: ``rm -rf /`` in any spelling, mkfs,
    dd to a device, fork bombs, curl | sh …) and the **deny rules** from settings
-   (``agent/rules.py``) — in every mode, bypassPermissions included;
+   (``policy/rules.py``) — in every mode, bypassPermissions included;
 2. the **ask** and **allow** rules, which replace the mode table's answer (in plan mode
    only for read calls: plan stays read-only whatever the rules say);
 3. the **mode table** (above);
@@ -51,7 +51,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from agent_code.agent.rules import RuleSet, Verdict
+from agent_code.policy.rules import RuleSet, Verdict
 from agent_code.tools.base import Tool, ToolKind
 
 Behavior = Literal["allow", "ask", "deny"]

@@ -31,7 +31,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from agent_code.agent.shell_syntax import ASSIGNMENT, Simple, parse
+from agent_code.policy.shell_syntax import ASSIGNMENT, Simple, parse
 
 MAX_DEPTH = 8
 

@@ -1,0 +1,22 @@
+"""The permission system: whether a tool call may run.
+
+One package, below the agent loop and above the tools it judges:
+
+- ``shell_syntax`` — bash tokenizing and parsing (quoting, operators, substitutions,
+  here-documents), no process started;
+- ``commands`` — what a command line would run, at any depth, unwrapped and normalized;
+- ``denylist`` — the built-in deny list, on in every mode;
+- ``rules`` — ``allow``/``ask``/``deny`` rules (``bash(git diff:*)``, ``read_file(src/**)``);
+- ``settings`` — the ``permissions`` section of a settings file;
+- ``permissions`` — the modes and the decision, :class:`PermissionPolicy`.
+
+The names below are the public face: what the loop, the CLI and the settings loader use.
+The submodules stay importable for tests and benchmarks.
+"""
+
+from agent_code.policy.permissions import Decision, PermissionMode, PermissionPolicy
+from agent_code.policy.rules import RuleError, RuleSet, parse_rule, subject_of, suggest_rules
+from agent_code.policy.settings import MODES, PermissionSettings, SettingsError, read_permissions
+
+__all__ = ["Decision", "MODES", "PermissionMode", "PermissionPolicy", "PermissionSettings", "RuleError",
+           "RuleSet", "SettingsError", "parse_rule", "read_permissions", "subject_of", "suggest_rules"]
