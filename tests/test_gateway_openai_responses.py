@@ -188,13 +188,16 @@ def test_incomplete_and_failed_responses(tmp_path):
         response = client.responses.create(model="m", input="count", max_output_tokens=3)
         assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
         assert response.usage.output_tokens == 3
-        # the script is used up: the engine fails — an error object, or response.failed in a stream
+        # the script is used up: the request fails (a plain request error, which no client retries) —
+        # an error object, or response.failed in a stream
         with pytest.raises(openai.APIStatusError) as info:
             client.responses.create(model="m", input="again")
-        assert info.value.status_code == 503 and info.value.body["type"] == "server_error"
+        assert info.value.status_code == 400 and info.value.body["type"] == "invalid_request_error"
+        assert info.value.body["code"] == "invalid_prompt" and "script" in info.value.body["message"]
         events = list(client.responses.create(model="m", input="again", stream=True))
         assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
-        assert events[-1].response.status == "failed" and "engine" in events[-1].response.error.message
+        assert events[-1].response.status == "failed" and events[-1].response.error.code == "invalid_prompt"
+        assert "script" in events[-1].response.error.message
         assert len(gateway.store.get("cut").turns) == 1
 
 

@@ -93,11 +93,11 @@ def test_a_hanging_agent_is_killed_at_its_budget_and_recorded(tmp_path, monkeypa
     lines = [call("read_file", {"path": "thermo.py"}, "thermo-fahrenheit.0"),
              say("never delivered", "thermo-fahrenheit.0", delay=600)]   # the model "hangs"
     with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
-        config = RolloutConfig(budget=4, model="test-model")
+        config = RolloutConfig(budget=10, model="test-model")
         [result] = asyncio.run(run_all(tasks, config, url))
         left = processes_with_env(f"ANTHROPIC_AUTH_TOKEN={session_of([result], 'thermo-fahrenheit', 0)}")
     assert result.status == "aborted" and result.abort_reason == "budget"
-    assert result.agent_exit_code is None and 4 <= result.timings["agent"] < 15
+    assert result.agent_exit_code is None and 10 <= result.timings["agent"] < 25
     assert result.reward == 0.0 and result.turns == 1   # graded anyway; the answered turn is kept
     assert left == []                                    # nothing of the agent still runs
     assert sandboxes_in(tmp) == []
