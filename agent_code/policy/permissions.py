@@ -51,6 +51,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from agent_code.policy import self_protection
 from agent_code.policy.rules import RuleSet, Verdict
 from agent_code.tools.base import Tool, ToolKind
 
@@ -121,6 +122,14 @@ def decide(mode: PermissionMode | str, tool_name: str, kind: ToolKind,
     return Decision(False, denial_message(mode, tool_name, kind, behavior))
 
 
+def command_argument(tool: Tool, arguments: Any) -> str | None:
+    """The shell command an ``execute`` tool was asked to run (its ``command`` argument)."""
+    if tool.kind != "execute" or not isinstance(arguments, dict):
+        return None
+    command = arguments.get("command")
+    return command if isinstance(command, str) else None
+
+
 Asker = Callable[[Tool, Any], bool]  # (tool, arguments) -> approved?
 PreToolUse = Callable[[Tool, Any], "str | None"]  # (tool, arguments) -> why it is blocked, or None
 
@@ -172,30 +181,106 @@ class PermissionPolicy:
             return value
         return cls(PermissionMode(value or PermissionMode.DEFAULT))
 
-    def check(self, tool: Tool, arguments: Any) -> Decision:
-        """Allow or refuse one call (the steps are in the module doc)."""
+    def explain(self, tool: Tool, arguments: Any) -> "Explanation":
+        """The decision for one call and why, without asking anyone or running hooks: steps
+        1–3 of the module doc (the deny list and deny rules, self-protection, ask/allow
+        rules, the mode table). :meth:`check` acts on it; ``agent-code permissions check``
+        and the REPL's ``/permissions check`` print it."""
+        mode = self.mode
         verdict = self.rules.evaluate(tool, arguments, self.root)
         if verdict is not None and verdict.behavior == "deny":
-            return Decision(False, rule_denial_message(tool.name, verdict))
-        kind = effective_kind(self.mode, tool, arguments)
-        behavior = mode_behavior(self.mode, kind)
-        if verdict is not None and (self.mode is not PermissionMode.PLAN or kind == "read"):
+            if verdict.builtin:
+                reason = f"the built-in deny list refuses it in every mode ({verdict.detail})"
+                return Explanation("deny", reason, verdict.rule, "built-in", "deny-list", verdict.detail,
+                                   rule_denial_message(tool.name, verdict))
+            matched = f" (it matched `{verdict.detail}`)" if verdict.detail else ""
+            return Explanation("deny", f"it matches the deny rule {verdict.rule}{matched}", verdict.rule,
+                               verdict.source, "rule", verdict.detail, rule_denial_message(tool.name, verdict))
+        finding = None
+        if mode is not PermissionMode.BYPASS_PERMISSIONS:
+            finding = self_protection.check_call(tool.kind, arguments, command_argument(tool, arguments), None,
+                                                 self_protection.Places.cached(self.root, self.rules.home))
+            if finding is not None and finding.severity == "deny":
+                return Explanation("deny", f"self-protection: it would change {finding.what} "
+                                           f"(only the user may, or bypassPermissions)", "self-protection",
+                                   "built-in", "self-protection", finding.detail, finding.message(tool.name))
+        kind = effective_kind(mode, tool, arguments)
+        behavior = mode_behavior(mode, kind)
+        if verdict is not None and (mode is not PermissionMode.PLAN or kind == "read"):
             behavior = verdict.behavior
+            reason = f"it matches the {verdict.behavior} rule {verdict.rule}"
+            if verdict.detail:
+                reason += f" (it matched `{verdict.detail}`)"
+            explained = Explanation(behavior, reason, verdict.rule, verdict.source, "rule", verdict.detail)
         else:
             verdict = None
+            explained = Explanation(behavior, mode_reason(mode, tool, kind, arguments), None, "mode", "mode")
+        if finding is not None and behavior == "allow":
+            return Explanation("ask", f"self-protection: it may change {finding.what}, which no rule or mode "
+                                      "approves without the user", "self-protection", "built-in",
+                               "self-protection", finding.detail, finding.message(tool.name))
         if behavior == "deny":
-            decision = Decision(False, denial_message(self.mode, tool.name, kind, behavior))
-            return explain_plan_refusal(self.mode, tool, arguments, decision)
+            decision = Decision(False, denial_message(mode, tool.name, kind, behavior))
+            message = explain_plan_refusal(mode, tool, arguments, decision).message
+        elif behavior == "ask":
+            message = ask_refusal_message(tool.name, verdict) or denial_message(mode, tool.name, kind, behavior)
+        else:
+            message = ""
+        return Explanation(explained.behavior, explained.reason, explained.rule, explained.source,
+                           explained.stage, explained.detail, message)
+
+    def check(self, tool: Tool, arguments: Any) -> Decision:
+        """Allow or refuse one call (the steps are in the module doc): :meth:`explain`,
+        then the PreToolUse hooks, then the ``ask`` callback."""
+        explained = self.explain(tool, arguments)
+        if explained.behavior == "deny":
+            return Decision(False, explained.message)
         if self.pre_tool_use is not None:
             blocked = self.pre_tool_use(tool, arguments)
             if blocked is not None:
                 return Decision(False, blocked)
-        if behavior == "allow":
+        if explained.behavior == "allow":
             return Decision(True)
         if self.ask is not None:
             return Decision(True) if self.ask(tool, arguments) else Decision(False, declined_message(tool.name))
-        message = ask_refusal_message(tool.name, verdict)
-        return Decision(False, message or denial_message(self.mode, tool.name, kind, behavior))
+        return Decision(False, explained.message)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A decision and why (:meth:`PermissionPolicy.explain`): ``behavior``; ``reason``, one
+    line for a person; ``rule``, what decided it (a rule's text, a built-in deny-list id,
+    ``self-protection``, or None for the mode table); ``source``, where that came from (a
+    settings file, ``session``, ``built-in``, ``mode``); ``stage`` (``deny-list``,
+    ``rule``, ``self-protection``, ``mode``); ``detail``, what matched; ``message``, what
+    the model reads when the call is refused (for ``ask``: when nobody can answer)."""
+
+    behavior: Behavior
+    reason: str
+    rule: str | None
+    source: str | None
+    stage: str
+    detail: str = ""
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"decision": self.behavior, "reason": self.reason, "rule": self.rule, "source": self.source,
+                "stage": self.stage, "detail": self.detail}
+
+
+def mode_reason(mode: PermissionMode | str, tool: Tool, kind: ToolKind, arguments: Any) -> str:
+    """Why the mode table decided what it did, for a person."""
+    mode = PermissionMode(mode)
+    behavior = mode_behavior(mode, kind)
+    if mode is PermissionMode.PLAN and kind == "read" and tool.kind == "execute":
+        return "plan mode runs read-only commands, and this one only reads"
+    if mode is PermissionMode.PLAN and behavior == "deny" and command_argument(tool, arguments) is not None:
+        refusal = explain_plan_refusal(mode, tool, arguments, Decision(False, "")).message
+        why = refusal.partition("this one is not: ")[2].rstrip(".)") or "it is not read-only"
+        return f"plan mode runs only read-only commands, and this one is not: {why}"
+    does = {"read": "reads", "edit": "changes files", "execute": "runs commands"}.get(kind, "runs commands")
+    verb = {"allow": "allows", "ask": "asks the user before", "deny": "refuses"}[behavior]
+    return f"permission mode '{mode.value}' {verb} a tool that {does} ({tool.name}), and no rule applies"
 
 
 # --- read-only commands (plan mode) ---------------------------------------------------

@@ -1,0 +1,752 @@
+"""Self-protection: the agent may not rewrite what decides its own permissions.
+
+Without it, ``acceptEdits`` would be ``bypassPermissions`` one step later: the edit tools
+could write ``.agent/settings.local.json`` (``"defaultMode": "bypassPermissions"``, a hook
+that runs anything), ``.git/config`` (``core.fsmonitor``, ``core.pager``, aliases) or a
+``.git/hooks/*`` script, and the next run — or the user's next ``git commit`` — would run
+what the agent wrote. So in every mode but ``bypassPermissions`` (``default``,
+``acceptEdits``, ``plan``), :class:`~agent_code.policy.permissions.PermissionPolicy`
+refuses a call that would write one of these **protected locations**:
+
+================================  ==============================================================
+location                          why
+================================  ==============================================================
+``.agent/`` (any depth)           the project's settings (``settings.json``,
+                                  ``settings.local.json``: rules, ``defaultMode``, hooks), hook
+                                  scripts kept there, and the session transcripts ``-c`` resumes
+``~/.agent-code/``                the user's settings, skills and ``AGENTS.md``
+``.agents/skills/``               the project's skills (instructions the model follows)
+``.git`` (any depth, file or      git's config, hooks and attributes: programs git runs as the
+dir), ``~/.gitconfig``,           user (fsmonitor, pager, textconv, hooks, aliases), and the
+``~/.config/git/``, the           ``.git`` *file* of a worktree, which names the git directory
+directory ``core.hooksPath``
+names
+================================  ==============================================================
+
+Project instruction files (``AGENTS.md``, ``AGENT.md``, ``CLAUDE.md``, see
+``agent/memory.py``) are *not* protected: they only go into the system prompt, and no
+permission, rule, mode or hook is ever read from them, so writing them cannot loosen a
+check (and keeping them up to date is ordinary work the user asks for). The user-level
+``~/.agent-code/AGENTS.md`` is protected with the rest of ``~/.agent-code/``.
+
+**How a path is matched.** Every name is compared case-insensitively (``.GIT``,
+``.Agent``): Linux is case-sensitive, so there ``.GIT`` is another directory and refusing
+it costs little, but on a case-insensitive file system (macOS, Windows) it *is* ``.git``.
+A path is judged twice: as written, made absolute against the working directory and
+normalized (``./.agent/../.agent/x`` is ``.agent/x``), and with symlinks resolved (a link
+to ``.agent/settings.local.json``, a symlinked parent directory, a dangling link whose
+target would be created). A protected name anywhere in either form counts, and so does
+the real location of each protected place (``.agent`` itself may be a symlink). A new file
+in a protected directory is a write into it; so is removing or renaming one (``mv``,
+``rm``): removing ``.agent/settings.json`` removes its deny rules.
+
+**Edit tools** (kind ``edit``): every path argument (``path``, ``file_path`` …) is judged
+literally — the tools expand nothing.
+
+**Shell commands** are judged on :func:`commands.analyze`'s view of them (every command
+at any depth, wrappers unwrapped), in the order they run, following ``cd``/``pushd``:
+
+* a write redirection (``>``, ``>>``, ``&>``, ``<>`` …) whose target is protected, the
+  files a known writer writes (``tee``, ``cp``/``install``/``rsync``/``ln`` destinations and
+  ``-t DIR``, every operand of ``mv``, ``rm``, ``touch``, ``truncate``, ``chmod`` …,
+  ``sed -i``/``perl -i`` files, ``dd of=``), and ``git config`` that sets something (it
+  writes ``.git/config`` or ``~/.gitconfig``) — **deny**;
+* any other command that names a protected path as an argument (``tar -C .git -x``,
+  ``git checkout old -- .agent/settings.json``, ``env -C .agent …``) unless it only reads
+  (``cat``, ``ls``, ``grep``, ``git diff`` …) — **deny**;
+* a word the shell expands is judged over what it may expand to: ``~``, ``~user``,
+  ``$HOME`` and ``$PWD`` are filled in, braces are expanded, and a glob counts when it may
+  match a protected name (``.ag*``, ``.[g]it``; ``*`` only after ``shopt -s dotglob``) —
+  **deny**. A write target that cannot be known (``$VAR``, ``$(…)``, a ``cd`` to an
+  unknown directory before a relative write), and a protected name inside an argument that
+  is not a path (an interpreter's ``-c`` code, sed's ``w`` command, awk's ``print >``) —
+  **ask**: no allow rule approves such a command, the user sees it (headless: refused).
+
+What the policy cannot see is not covered: a program that writes protected files from its
+own code (``python script.py``, ``make``, an archive extracted by ``tar`` without naming a
+protected path). The sandbox confines those. ``/undo`` is the user's command, not a tool,
+and only restores files the agent changed itself.
+
+Everything here is a pure function of the paths and the file system's symlinks (read,
+never written).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import pwd
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from agent_code.policy.commands import Analysis, Command, normalize, program_name
+from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
+
+PROJECT_DIR = ".agent"          # agent/settings.py PROJECT_DIR
+USER_DIR = ".agent-code"        # agent/settings.py USER_DIR
+SKILLS_PARENT, SKILLS_DIR = ".agents", "skills"   # tools/skills.py PROJECT_SKILLS
+
+# one protected name (a single path component, case-insensitive) -> what it is
+PROTECTED_NAMES: dict[str, str] = {
+    ".agent": "the agent's project settings, hooks and sessions (.agent/)",
+    ".agent-code": "the user's agent-code settings, skills and instructions (~/.agent-code/)",
+    ".git": "git's config and hooks (.git/), which git runs as the user",
+    ".gitconfig": "git's user config (~/.gitconfig), which names programs git runs",
+}
+SKILLS_WHAT = "the project's skills (.agents/skills/)"
+GIT_XDG_WHAT = "git's user config (~/.config/git/), which names programs git runs"
+HOOKS_PATH_WHAT = "git's hooks directory (core.hooksPath)"
+
+# a protected name inside a longer word (code, a sed script): ask, never allow
+_NAME_IN_TEXT = re.compile(r"(?i)(?<![\w.-])\.(agent-code|agents|agent|gitconfig|git)(?![\w.-])")
+_GLOB_CHARS = set("*?[")
+_EXPANSION = re.compile(r"\$|`")
+_CODE_CHARS = set(" \t\n'\"();<>|&=")  # a word holding these is code or text, not a path
+_EXTGLOB = re.compile(r"[@!+*?]\(")
+
+Severity = Literal["deny", "ask"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why a call touches a protected location: ``deny`` (it writes one) or ``ask`` (it may:
+    the policy cannot tell). ``what`` names the location, ``detail`` the offending part
+    of the call as written."""
+
+    severity: Severity
+    what: str
+    detail: str
+
+    def message(self, tool_name: str) -> str:
+        """The refusal the model reads."""
+        if self.severity == "deny":
+            return (f"Permission denied: {tool_name} was not run: it would change {self.what} "
+                    f"({self.detail}). The agent may not change its own settings, hooks, skills or git's "
+                    "config and hooks, in any permission mode but bypassPermissions: that would let it grant "
+                    "itself permissions. Do not retry it or a variant of it; tell the user the exact change "
+                    "you want, and they can make it themselves.")
+        return (f"Permission denied: {tool_name} needs the user's approval: it may change {self.what} "
+                f"({self.detail}), and nobody can approve it in this run. Do not retry it; tell the user the "
+                "exact change you want, and they can make it themselves.")
+
+
+# --- where the protected places are -------------------------------------------------
+
+@dataclass(frozen=True)
+class Places:
+    """The protected places of one project for one user: ``root`` and ``home`` as given,
+    and the real (symlink-resolved) location of each place with what it is."""
+
+    root: Path
+    home: Path
+    real: tuple[tuple[str, str], ...]   # (real path, what)
+
+    @classmethod
+    def of(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
+        root_path = Path(os.path.abspath(root if root is not None else os.getcwd()))
+        home_path = Path(os.path.abspath(home if home is not None else Path.home()))
+        places = [
+            (root_path / PROJECT_DIR, PROTECTED_NAMES[".agent"]),
+            (root_path / SKILLS_PARENT / SKILLS_DIR, SKILLS_WHAT),
+            (root_path / ".git", PROTECTED_NAMES[".git"]),
+            (home_path / USER_DIR, PROTECTED_NAMES[".agent-code"]),
+            (home_path / ".gitconfig", PROTECTED_NAMES[".gitconfig"]),
+            (home_path / ".config" / "git", GIT_XDG_WHAT),
+        ]
+        gitdir = _gitdir_of(root_path / ".git")
+        if gitdir is not None:
+            places.append((gitdir, PROTECTED_NAMES[".git"]))
+        hooks = _hooks_path(root_path, gitdir or root_path / ".git", home_path)
+        if hooks is not None:
+            places.append((hooks, HOOKS_PATH_WHAT))
+        places += [(script, f"a hook script named in the settings ({label})")
+                   for script, label in hook_scripts(root_path, home_path)]
+        real = tuple((os.path.realpath(p), what) for p, what in places)
+        return cls(root_path, home_path, real)
+
+    @classmethod
+    def cached(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
+        """:meth:`of`, reused while the files it reads are unchanged."""
+        root_path = Path(os.path.abspath(root if root is not None else os.getcwd()))
+        home_path = Path(os.path.abspath(home if home is not None else Path.home()))
+        key = (root_path, home_path, tuple(_signature(p) for p in _inputs(root_path, home_path)))
+        places = _CACHE.get(key)
+        if places is None:
+            if len(_CACHE) > 32:
+                _CACHE.clear()
+            places = _CACHE[key] = cls.of(root_path, home_path)
+        return places
+
+
+_CACHE: dict[Any, Places] = {}
+
+
+def _inputs(root: Path, home: Path) -> list[Path]:
+    return [root / ".git", root / ".git" / "config", root / PROJECT_DIR, *_settings_files(root, home)]
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def _settings_files(root: Path, home: Path) -> list[Path]:
+    """The settings files a run reads (``agent/settings.py``), for their hook commands."""
+    return [home / USER_DIR / "settings.json", root / PROJECT_DIR / "settings.json",
+            root / PROJECT_DIR / "settings.local.json"]
+
+
+def hook_scripts(root: Path, home: Path) -> list[tuple[Path, str]]:
+    """Files that the settings' hook commands name (``scripts/lint.sh``,
+    ``$AGENT_CODE_PROJECT_DIR/hooks/check.py``): a hook runs without asking, so writing its
+    script would run code without asking. Words that name an existing file, or contain a
+    ``/``, count; the project-dir variables are filled in."""
+    import json
+
+    from agent_code.policy.commands import analyze
+
+    out: list[tuple[Path, str]] = []
+    for path in _settings_files(root, home):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        label = f"~/{USER_DIR}/settings.json" if path.parent.name == USER_DIR else f"{PROJECT_DIR}/{path.name}"
+        hooks = data.get("hooks") if isinstance(data, dict) else None
+        for matchers in (hooks.values() if isinstance(hooks, dict) else []):
+            for matcher in (matchers if isinstance(matchers, list) else []):
+                entries = matcher.get("hooks") if isinstance(matcher, dict) else None
+                for entry in (entries if isinstance(entries, list) else []):
+                    command = entry.get("command") if isinstance(entry, dict) else None
+                    if not isinstance(command, str):
+                        continue
+                    for c in analyze(command).commands:
+                        for word in c.argv:
+                            word = re.sub(r"^\$\{?(AGENT_CODE_PROJECT_DIR|CLAUDE_PROJECT_DIR)\}?(?=/|$)",
+                                          str(root), word)
+                            word = str(home) + word[1:] if word.startswith("~/") else word
+                            if not word or word.startswith("-") or "$" in word:
+                                continue
+                            full = Path(word) if os.path.isabs(word) else root / word
+                            if full.is_file() or ("/" in word and not full.exists()):
+                                out.append((full, label))
+    return out
+
+
+def _gitdir_of(dot_git: Path) -> Path | None:
+    """The git directory a ``.git`` *file* names (a worktree or submodule)."""
+    try:
+        if not dot_git.is_file():
+            return None
+        text = dot_git.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    m = re.match(r"\s*gitdir:\s*(.+?)\s*$", text, re.MULTILINE)
+    if m is None:
+        return None
+    target = Path(m.group(1))
+    return target if target.is_absolute() else dot_git.parent / target
+
+
+def _hooks_path(root: Path, gitdir: Path, home: Path) -> Path | None:
+    """``core.hooksPath`` from the repository's config, read as text (git is not run)."""
+    try:
+        text = (gitdir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    section = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").split()[0].lower() if line.strip("[]").split() else ""
+            continue
+        key, eq, value = line.partition("=")
+        if eq and section == "core" and key.strip().lower() == "hookspath":
+            value = value.strip().strip('"')
+            if value.startswith("~/"):
+                return home / value[2:]
+            return Path(value) if os.path.isabs(value) else root / value
+    return None
+
+
+# --- one concrete path ----------------------------------------------------------------
+
+def _named(parts: Iterable[str]) -> str | None:
+    """What a protected name among path components is (None: none is)."""
+    parts = [p.casefold() for p in parts if p]
+    for i, part in enumerate(parts):
+        if part in PROTECTED_NAMES:
+            return PROTECTED_NAMES[part]
+        if part == SKILLS_PARENT and (i + 1 == len(parts) or parts[i + 1] == SKILLS_DIR):
+            return SKILLS_WHAT
+        if part == ".config" and i + 1 < len(parts) and parts[i + 1] == "git":
+            return GIT_XDG_WHAT
+    return None
+
+
+def _within(path: str, place: str) -> bool:
+    return path == place or path.startswith(place.rstrip("/") + "/")
+
+
+def _components(path: str, root: Path) -> list[str]:
+    """Components of an absolute ``path``: relative to ``root`` when inside it (the
+    project's own location may contain any name), else all of them."""
+    base = str(root).rstrip("/") + "/"
+    if path.startswith(base):
+        path = path[len(base):]
+    elif path == str(root):
+        return []
+    return path.split("/")
+
+
+def protected_path(path: str, places: Places, cwd: Path | None = None) -> str | None:
+    """What protected location ``path`` (literal: nothing is expanded) is, is inside, or
+    would be created in; None when it is none. Relative paths are taken from ``cwd``
+    (default: the project root)."""
+    base = cwd if cwd is not None else places.root
+    joined = path if os.path.isabs(path) else os.path.join(str(base), path)
+    lexical = posixpath.normpath(joined)
+    if lexical.startswith("//"):
+        lexical = "/" + lexical.lstrip("/")
+    try:
+        physical = os.path.realpath(joined)
+    except (OSError, ValueError):
+        physical = lexical
+    for form in (lexical, physical):
+        what = _named(_components(form, places.root))
+        if what is not None:
+            return what
+        for place, what in places.real:
+            if _within(form, place) or _within(form.casefold(), place.casefold()):
+                return what
+    return None
+
+
+# --- edit tools -------------------------------------------------------------------------
+
+PATH_KEYS = ("path", "file_path", "notebook_path", "paths", "source", "destination", "target",
+             "old_path", "new_path")
+
+
+def _path_arguments(arguments: Any) -> list[str]:
+    if not isinstance(arguments, dict):
+        return []
+    out: list[str] = []
+    for key in PATH_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, str))
+    return out
+
+
+def check_edit(arguments: Any, places: Places) -> Finding | None:
+    """A call of an ``edit`` tool: does any of its path arguments name a protected place?"""
+    for path in _path_arguments(arguments):
+        if "\x00" in path:
+            continue  # refused by the tool itself
+        what = protected_path(path, places)
+        if what is not None:
+            return Finding("deny", what, f"path {path!r}")
+    return None
+
+
+# --- shell words ----------------------------------------------------------------------
+
+def expand_braces(word: str, limit: int = 64) -> list[str] | None:
+    """Bash brace expansion of ``word`` (``{a,b}``, nested); None for a sequence
+    (``{a..z}``) or more than ``limit`` results, which are judged as unknown."""
+    depth, start = 0, -1
+    for i, ch in enumerate(word):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                inner = word[start + 1:i]
+                options = _split_top(inner)
+                if len(options) < 2:
+                    if ".." in inner:
+                        return None
+                    rest = expand_braces(word[i + 1:], limit)
+                    return None if rest is None else [word[:i + 1] + r for r in rest]
+                out: list[str] = []
+                for option in options:
+                    for tail in expand_braces(option + word[i + 1:], limit) or [None]:
+                        if tail is None:
+                            return None
+                        out.append(word[:start] + tail)
+                        if len(out) > limit:
+                            return None
+                return out
+    return [word]
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return parts
+
+
+def _glob_names(component: str, dotglob: bool) -> str | None:
+    """The protected name a glob component may match (bash: a leading ``.`` must be
+    matched by a literal ``.`` unless ``dotglob``)."""
+    if not dotglob and not component.startswith("."):
+        return None
+    for name in (*PROTECTED_NAMES, SKILLS_PARENT):
+        if fnmatch.fnmatchcase(name, component.casefold()) or fnmatch.fnmatchcase(name, component):
+            return PROTECTED_NAMES.get(name, SKILLS_WHAT)
+    return None
+
+
+@dataclass
+class _Shell:
+    """What is known while walking a command line: the working directory (None: unknown
+    after a ``cd`` that cannot be followed) and whether ``dotglob`` may be on."""
+
+    places: Places
+    cwd: Path | None
+    dotglob: bool = False
+
+
+def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
+    """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
+    place, ``("ask", what)`` when it cannot be known, None when it is safe."""
+    alternatives = expand_braces(word)
+    if alternatives is None:
+        return "ask", "a path the shell computes (brace sequence)"
+    unknown = None
+    for alt in alternatives:
+        verdict = _judge_one(alt, shell)
+        if verdict is not None and verdict[0] == "deny":
+            return verdict
+        unknown = unknown or verdict
+    return unknown
+
+
+def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
+    places = shell.places
+    if "{}" in word:  # find -exec's placeholder: any file find walks to
+        return "ask", f"the files find finds ({word})"
+    text = word
+    m = re.match(r"^~([A-Za-z0-9_.+-]*)(?=/|$)", text)
+    if m:
+        user = m.group(1)
+        home: Path | None
+        if not user:
+            home = places.home
+        elif user == "+":
+            home = shell.cwd
+        elif user == "-":
+            home = None
+        else:
+            try:
+                home = Path(pwd.getpwnam(user).pw_dir)
+            except KeyError:
+                home = None
+        if home is None:
+            return "ask", f"a path in a directory the shell computes ({word})"
+        text = str(home) + text[m.end():]
+    text = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(places.home), text)
+    if shell.cwd is not None:
+        text = re.sub(r"^(\$PWD|\$\{PWD\})(?=/|$)", lambda _: str(shell.cwd), text)
+    parts = text.split("/")
+    literal = [p for p in parts if not (_EXPANSION.search(p) or _GLOB_CHARS & set(p) or _EXTGLOB.search(p))]
+    what = _named(literal)
+    if what is not None:
+        return "deny", what
+    for part in parts:
+        if _EXTGLOB.search(part):
+            if shell.dotglob or part.startswith(".") or re.search(r"(?i)agent|git", part):
+                return "deny", "a protected place the pattern may match"
+        elif _GLOB_CHARS & set(part) and not _EXPANSION.search(part):
+            what = _glob_names(part, shell.dotglob)
+            if what is not None:
+                return "deny", what
+    for i, part in enumerate(parts):
+        if _EXPANSION.search(part):
+            prefix = "/".join(parts[:i])
+            if prefix and not (_GLOB_CHARS & set(prefix)):
+                what = protected_path(prefix, places, shell.cwd) if shell.cwd or os.path.isabs(prefix) else None
+                if what is not None:
+                    return "deny", what
+            return "ask", f"a path the shell computes ({word})"
+    if not os.path.isabs(text) and shell.cwd is None:
+        return "ask", f"a relative path after a cd that cannot be followed ({word})"
+    first_glob = next((i for i, p in enumerate(parts) if _GLOB_CHARS & set(p)), len(parts))
+    concrete = "/".join(parts[:first_glob])
+    if os.path.isabs(text) and not concrete.startswith("/"):
+        concrete = "/" + concrete
+    what = protected_path(concrete or ".", places, shell.cwd)
+    return ("deny", what) if what else None
+
+
+# --- shell commands -------------------------------------------------------------------
+
+READERS = frozenset({
+    "cat", "less", "more", "head", "tail", "ls", "dir", "stat", "file", "wc", "grep", "egrep", "fgrep",
+    "rg", "ag", "diff", "cmp", "comm", "md5sum", "sha1sum", "sha256sum", "sha512sum", "cksum", "b2sum",
+    "test", "[", "[[", "readlink", "realpath", "basename", "dirname", "echo", "printf", "jq", "yq", "tree",
+    "du", "od", "hexdump", "xxd", "strings", "nl", "cut", "sort", "uniq", "tr", "column", "fold", "bat",
+    "cd", "pushd", "popd", "pwd", "true", "false", ":", "type", "which", "command", "view", "lsattr",
+    "namei", "getfacl", "sleep",
+})
+GIT_READERS = frozenset({
+    "status", "diff", "log", "show", "blame", "rev-parse", "ls-files", "ls-tree", "grep", "describe",
+    "shortlog", "cat-file", "rev-list", "merge-base", "show-ref", "check-ignore", "check-attr",
+    "name-rev", "whatchanged", "reflog", "help", "version", "add", "commit", "fetch", "push",
+})
+# writers whose every operand is a file they change (or remove, or rename)
+ALL_OPERAND_WRITERS = frozenset({
+    "mv", "rm", "rmdir", "unlink", "shred", "truncate", "touch", "mkdir", "chmod", "chown", "chgrp",
+    "chattr", "setfacl", "mkfifo", "mknod", "patch", "srm",
+})
+DEST_WRITERS = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
+INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
+_SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
+
+
+def _own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
+    """A wrapper's own words (without the command it runs, listed next); others' all."""
+    c = commands[index]
+    if c.wrapper is not None and index + 1 < len(commands):
+        nxt = commands[index + 1].argv
+        if nxt and len(nxt) < len(c.argv) and c.argv[-len(nxt):] == nxt:
+            return c.argv[:-len(nxt)]
+    return c.argv
+
+
+def _write_targets(argv: tuple[str, ...]) -> list[str]:
+    """The files a known writer writes (see the module doc)."""
+    program = program_name(argv[0]) if argv else ""
+    inv = normalize(argv)
+    operands = list(inv.operands)
+    values = [v for n, v in inv.flags if v is not None]
+    if program == "tee":
+        return operands
+    if program in ALL_OPERAND_WRITERS:
+        return operands + values
+    if program in DEST_WRITERS:
+        targets = [v for n, v in inv.flags if n in ("--target-directory",) and v]
+        for k, word in enumerate(argv):
+            if word in ("-t",) and k + 1 < len(argv):
+                targets.append(argv[k + 1])
+            elif re.fullmatch(r"-[A-Za-z]*t", word) and k + 1 < len(argv):
+                targets.append(argv[k + 1])
+        if operands:
+            targets.append(operands[-1])
+        if program in ("ln", "link") and len(operands) >= 2:
+            targets.extend(operands[1:])
+        return targets
+    if program in ("sed", "gsed", "perl") and any(
+            w == "-i" or w.startswith("-i") or w.startswith("--in-place") or (w.startswith("-") and not
+            w.startswith("--") and "i" in w[1:] and program == "perl") for w in argv[1:]):
+        return operands
+    if program == "dd":
+        return [w[3:] for w in argv[1:] if w.startswith("of=")]
+    return []
+
+
+def _git_config_writes(argv: tuple[str, ...]) -> str | None:
+    """For ``git … config …``: the config file it writes (``""``: the repository's or the
+    user's), or None when it only reads."""
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+    if i >= len(argv) or argv[i] != "config":
+        return None
+    rest = argv[i + 1:]
+    file = None
+    positional: list[str] = []
+    writes = False
+    k = 0
+    while k < len(rest):
+        w = rest[k]
+        if w in ("-f", "--file") and k + 1 < len(rest):
+            file = rest[k + 1]
+            k += 2
+            continue
+        if w.startswith("--file="):
+            file = w.split("=", 1)[1]
+        elif w in ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section",
+                   "-e", "--edit"):
+            writes = True
+        elif w in ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--get-color", "--get-colorbool",
+                   "-l", "--list"):
+            return None
+        elif not w.startswith("-"):
+            positional.append(w)
+        k += 1
+    if positional[:1] and positional[0] in ("set", "unset", "edit", "rename-section", "remove-section"):
+        writes = True
+    elif positional[:1] and positional[0] in ("get", "list"):
+        return None
+    elif len(positional) >= 2:
+        writes = True
+    if not writes:
+        return None
+    return file or ""
+
+
+def _is_reader(argv: tuple[str, ...]) -> bool:
+    program = program_name(argv[0]) if argv else ""
+    if program == "git":
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 2 if argv[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+        return i >= len(argv) or argv[i] in GIT_READERS
+    if program == "find":
+        return not any(w in ("-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf",
+                             "-fls") for w in argv[1:])
+    if program == "sort":
+        return not any(w == "-o" or w.startswith(("--output", "-o")) for w in argv[1:])
+    return program in READERS
+
+
+def _fed_by_xargs(commands: list[Command], index: int) -> bool:
+    """Whether the command at ``index`` runs under ``xargs``/``parallel`` (its arguments
+    come from input the policy does not see)."""
+    leaf = commands[index].argv
+    k = index - 1
+    while k >= 0 and commands[k].wrapper is not None and commands[k].argv[-len(leaf):] == leaf:
+        if commands[k].program in ("xargs", "parallel"):
+            return True
+        k -= 1
+    return False
+
+
+def _find_deletes_broadly(argv: tuple[str, ...]) -> bool:
+    """``find -delete`` with no name filter, or one that may match a settings file or a
+    protected name: it may remove a protected file below its start."""
+    if "-delete" not in argv:
+        return False
+    names = [argv[k + 1] for k, w in enumerate(argv[:-1]) if w in ("-name", "-iname", "-path", "-ipath",
+                                                                     "-wholename", "-regex", "-iregex")]
+    if not names:
+        return True
+    probes = ("settings.json", "settings.local.json", "config", "SKILL.md", *PROTECTED_NAMES, SKILLS_PARENT)
+    return any(fnmatch.fnmatch(probe, pattern) or _NAME_IN_TEXT.search(pattern) for pattern in names
+               for probe in probes)
+
+
+def check_command(analysis: Analysis, places: Places) -> Finding | None:
+    """The first write to a protected place that ``analysis`` shows (``deny``), else the
+    first one it may hide (``ask``), else None."""
+    shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)))
+    maybe: Finding | None = None
+
+    def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
+        nonlocal maybe
+        if verdict is None:
+            return None
+        finding = Finding(verdict[0], verdict[1], detail)
+        if finding.severity == "deny":
+            return finding
+        maybe = maybe or finding
+        return None
+
+    commands = analysis.commands
+    for index, c in enumerate(commands):
+        shown = " ".join(c.argv)[:200]
+        for op, target in c.redirects:
+            if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
+                continue
+            found = note(judge_word(target, shell), f"{op} {target}")
+            if found:
+                return found
+        argv = _own_argv(commands, index)
+        if not argv:
+            continue
+        program = program_name(argv[0])
+        if c.wrapper is not None:
+            if argv is c.argv:
+                continue  # a shell running a script, eval, su -c …: the script is judged itself
+            for word in argv[1:]:  # a wrapper's own options: env -C DIR, sudo -D DIR
+                verdict = None if _EXPANSION.search(word) else judge_word(word, shell)
+                if verdict is not None and verdict[0] == "deny":
+                    return Finding("deny", verdict[1], shown)
+            continue
+        if program == "git" and _git_config_writes(argv) == "":
+            return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
+                           shown)
+        targets = _write_targets(argv)
+        writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
+                  or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
+        if writer and _fed_by_xargs(commands, index):
+            note(("ask", "the files named in its input (xargs)"), shown)
+        if program in ("ln", "link") or (program == "cp" and "-s" in argv):
+            targets = list(normalize(argv).operands)  # a link's target too: it is written through later
+        if program == "find" and _find_deletes_broadly(argv):
+            note(("ask", "any file below where find starts (find -delete)"), shown)
+        for target in targets:
+            found = note(judge_word(target, shell), shown)
+            if found:
+                return found
+        reader = _is_reader(argv)
+        for word in argv[1:]:
+            candidates = [word] + ([word.split("=", 1)[1]] if "=" in word else [])
+            if not reader:
+                for candidate in candidates:
+                    verdict = judge_word(candidate, shell) if not _EXPANSION.search(candidate) else None
+                    if verdict is not None and verdict[0] == "deny":
+                        return Finding("deny", verdict[1], shown)
+                hit = _NAME_IN_TEXT.search(word) if _CODE_CHARS & set(word) else None
+                if hit is not None and maybe is None:
+                    maybe = Finding("ask", PROTECTED_NAMES.get(hit.group(0).casefold(), SKILLS_WHAT), shown)
+        if program in ("cd", "pushd"):
+            shell.cwd = _follow_cd(argv, shell)
+        elif program == "popd":
+            shell.cwd = None
+    return maybe
+
+
+def _follow_cd(argv: tuple[str, ...], shell: _Shell) -> Path | None:
+    """The working directory after ``cd``/``pushd`` (None: cannot be known)."""
+    args = [a for a in argv[1:] if not (a.startswith("-") and a != "-")]
+    if not args:
+        return shell.places.home
+    target = args[0]
+    if target == "~" or target.startswith("~/"):
+        target = str(shell.places.home) + target[1:]
+    target = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(shell.places.home), target)
+    if target == "-" or target.startswith("~") or _EXPANSION.search(target) or _GLOB_CHARS & set(target):
+        return None
+    if not os.path.isabs(target):
+        if shell.cwd is None:
+            return None
+        target = os.path.join(str(shell.cwd), target)
+    return Path(posixpath.normpath(target))
+
+
+def check_call(kind: str, arguments: Any, command: str | None, analysis: Analysis | None,
+               places: Places) -> Finding | None:
+    """Self-protection for one call of a tool of ``kind``: an edit tool by its path
+    arguments, a command by its analysis; None for anything else."""
+    if kind == "edit":
+        return check_edit(arguments, places)
+    if command is not None:
+        if analysis is None:
+            from agent_code.policy.commands import analyze
+
+            analysis = analyze(command)
+        return check_command(analysis, places)
+    return None
