@@ -1,0 +1,166 @@
+"""Read-only commands: what plan mode lets the bash tool run.
+
+:func:`read_only_command_problem` is an allow-list over a real tokenization (``shlex`` with
+shell punctuation), never a substring match: every command in a pipeline or
+``;``/``&&``/``||`` chain must be an allowed reader with no writing option, and redirections
+other than to ``/dev/null``, substitutions, subshells, background jobs, variable assignments
+and multi-line scripts are refused. It is deliberately conservative: a refused harmless
+command costs the model one turn, an allowed writer would break the promise of plan mode.
+
+Judging the words is not enough for git: a "read-only" ``git status`` or ``git diff`` runs the
+programs that the repository's own config names (fsmonitor, textconv, external diff, filters,
+pagers, hooks). The bash tool therefore runs a command allowed this way with that config
+neutralised (``agent_code/tools/readonly_git.py``); this module refuses what cannot be
+neutralised there (git options that change what git runs, subcommands that write or reach a
+remote).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+READ_ONLY_COMMANDS = frozenset({
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo", "printf",
+    "tree", "file", "stat", "du", "df", "which", "type", "diff", "cmp", "cut", "tr", "nl",
+    "basename", "dirname", "realpath", "readlink", "date", "whoami", "id", "uname", "true",
+    "false", "cd", "find", "sort", "uniq", "test", "[", "md5sum", "sha1sum", "sha256sum", "git",
+})
+# options that make an otherwise read-only command write files or run programs
+_WRITING_OPTIONS: dict[str, tuple[str, ...]] = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"),
+    "sort": ("-o", "--output", "--compress-program"),
+    "tree": ("-o", "-R"),
+    "rg": ("--pre",),
+    "file": ("-C", "--compile"),
+    "date": ("-s", "--set"),
+    "git": ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--exec"),
+}
+GIT_READ_ONLY = frozenset({
+    "status", "diff", "log", "show", "blame", "rev-parse", "ls-files", "ls-tree", "grep", "describe",
+    "shortlog", "cat-file", "rev-list", "merge-base", "show-ref", "branch", "tag", "remote", "stash",
+    "config", "reflog",
+})
+_SEPARATORS = frozenset({";", "&&", "||", "|"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+_SHELL_PUNCTUATION = set("();<>|&")
+
+
+def _tokens(command: str) -> list[str]:
+    """Shell words and operators; ``#`` is an ordinary character (a comment would otherwise
+    hide what follows it from the check, while bash may still run it: ``ls a#; rm x``)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def _is_operator(token: str) -> bool:
+    return bool(token) and set(token) <= _SHELL_PUNCTUATION
+
+
+def _option_hits(args: list[str], options: tuple[str, ...]) -> str | None:
+    """The first of ``args`` that is (or starts with ``--opt=``, or for a one-letter option
+    is bundled as) one of ``options``."""
+    for arg in args:
+        for opt in options:
+            if arg == opt or (opt.startswith("--") and arg.startswith(opt + "=")):
+                return arg
+            if (len(opt) == 2 and opt[0] == "-" and arg.startswith("-") and not arg.startswith("--")
+                    and opt[1] in arg[1:] and arg[1:].isalpha()):
+                return arg
+    return None
+
+
+def _git_problem(args: list[str]) -> str | None:
+    i = 0
+    while i < len(args) and args[i].startswith("-"):  # options before the subcommand
+        if args[i] == "-C" and i + 1 < len(args):
+            i += 2
+        elif args[i] == "--no-pager":
+            i += 1
+        else:
+            return f"git option {args[i]} is not allowed (it can change what git runs)"
+    if i == len(args):
+        return None  # plain `git`: prints its help
+    sub, rest = args[i], args[i + 1:]
+    if sub not in GIT_READ_ONLY:
+        return f"git {sub} can change the repository"
+    positional = [a for a in rest if not a.startswith("-")]
+    if sub in ("branch", "tag") and positional and not ({"-l", "--list"} & set(rest)):
+        return f"git {sub} with a name creates or changes one"
+    if sub in ("branch", "tag") and _option_hits(rest, ("-d", "-D", "-m", "-M", "-c", "-C", "-f", "-u", "--delete",
+                                                        "--move", "--copy", "--force", "--set-upstream-to",
+                                                        "--unset-upstream", "--edit-description")):
+        return f"git {sub} with these options changes the repository"
+    if sub == "stash" and positional[:1] not in ([], ["list"], ["show"]):
+        return "only git stash list/show are read-only"
+    if sub == "stash" and not positional:
+        return "git stash (push) changes the working tree"
+    if sub == "remote" and positional[:1] not in ([], ["show"], ["get-url"]):
+        return "only git remote, remote -v, show and get-url are read-only"
+    if sub == "reflog" and positional[:1] not in ([], ["show"]):
+        return "only git reflog (show) is read-only"
+    if sub == "config" and not ({"--get", "--get-all", "--get-regexp", "--list", "-l"} & set(rest)):
+        return "only git config --get/--list is read-only"
+    return None
+
+
+def _simple_command_problem(words: list[str]) -> str | None:
+    """Why one simple command (no operators) is not read-only, or None."""
+    if not words:
+        return "empty command"
+    if _ASSIGNMENT.match(words[0]):
+        return f"variable assignment {words[0]!r} (it can change what a command runs)"
+    name, args = words[0], words[1:]
+    if name not in READ_ONLY_COMMANDS:
+        return f"{name!r} is not a read-only command"
+    hit = _option_hits(args, _WRITING_OPTIONS.get(name, ()))
+    if hit is not None:
+        return f"{name} {hit} writes files or runs programs"
+    if name == "uniq" and len([a for a in args if not a.startswith("-")]) > 1:
+        return "uniq with an output file writes it"
+    if name == "git":
+        return _git_problem(args)
+    return None
+
+
+def read_only_command_problem(command: str) -> str | None:
+    """``None`` when ``command`` only reads; otherwise why it is not read-only (one phrase)."""
+    if not command.strip():
+        return "empty command"
+    if "\n" in command or "\r" in command:
+        return "multi-line commands are not checked as read-only"
+    if "`" in command or "$(" in command or "${" in command:
+        return "command substitution or parameter expansion"
+    try:
+        tokens = _tokens(command)
+    except ValueError as exc:  # unbalanced quotes
+        return f"cannot parse the command ({exc})"
+    words: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if token in _SEPARATORS:
+            problem = _simple_command_problem(words)
+            if problem:
+                return problem
+            words = []
+        elif token in (">", ">>", "&>", ">|") and nxt == "/dev/null":
+            i += 1
+        elif token == ">&" and nxt in ("1", "2"):
+            i += 1
+        elif token == "<" and nxt is not None and not _is_operator(nxt):
+            i += 1  # input from a file: reading
+        elif _is_operator(token):
+            return f"shell operator {token!r} (redirection, subshell or background job)"
+        else:
+            words.append(token)
+        i += 1
+    return _simple_command_problem(words)
+
+
+def is_read_only_command(command: str) -> bool:
+    """True when every command in ``command`` only reads (see :func:`read_only_command_problem`)."""
+    return read_only_command_problem(command) is None
