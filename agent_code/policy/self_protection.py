@@ -78,7 +78,8 @@ import os
 import posixpath
 import pwd
 import re
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -143,6 +144,15 @@ class Places:
     root: Path
     home: Path
     real: tuple[tuple[str, str], ...]   # (real path, what)
+
+    @property
+    def prefixes(self) -> tuple[tuple[str, str, str], ...]:
+        """(real path, its case-folded form without a trailing ``/``, what) per place."""
+        cached = self.__dict__.get("_prefixes")
+        if cached is None:
+            cached = tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
+            object.__setattr__(self, "_prefixes", cached)
+        return cached
 
     @classmethod
     def of(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
@@ -290,10 +300,6 @@ def _named(parts: Iterable[str]) -> str | None:
     return None
 
 
-def _within(path: str, place: str) -> bool:
-    return path == place or path.startswith(place.rstrip("/") + "/")
-
-
 def _components(path: str, root: Path) -> list[str]:
     """Components of an absolute ``path``: relative to ``root`` when inside it (the
     project's own location may contain any name), else all of them."""
@@ -305,25 +311,55 @@ def _components(path: str, root: Path) -> list[str]:
     return path.split("/")
 
 
-def protected_path(path: str, places: Places, cwd: Path | None = None) -> str | None:
+def _real(path: str, cache: dict[str, str]) -> str:
+    """``os.path.realpath`` of a normalized absolute ``path`` (no ``.``/``..``), with the
+    directories already resolved in this check reused: one ``lstat`` per new component."""
+    known = cache.get(path)
+    if known is not None:
+        return known
+    parent, name = posixpath.split(path)
+    if not name or parent == path:
+        real = path
+    else:
+        full = posixpath.join(_real(parent, cache), name)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+        except (OSError, ValueError):
+            is_link = False
+        real = os.path.realpath(full) if is_link else full
+    cache[path] = real
+    return real
+
+
+def protected_path(path: str, places: Places, cwd: Path | None = None,
+                   cache: dict[str, str] | None = None) -> str | None:
     """What protected location ``path`` (literal: nothing is expanded) is, is inside, or
     would be created in; None when it is none. Relative paths are taken from ``cwd``
-    (default: the project root)."""
+    (default: the project root). ``cache`` keeps resolved directories for one check."""
     base = cwd if cwd is not None else places.root
-    joined = path if os.path.isabs(path) else os.path.join(str(base), path)
+    joined = path if path.startswith("/") else f"{base}/{path}"
     lexical = posixpath.normpath(joined)
     if lexical.startswith("//"):
         lexical = "/" + lexical.lstrip("/")
+    what = _named(_components(lexical, places.root))
+    if what is not None:
+        return what
     try:
-        physical = os.path.realpath(joined)
+        if "/../" in joined + "/" or joined.endswith("/.."):
+            physical = os.path.realpath(joined)  # `..` after a symlink: resolve the way the kernel does
+        else:
+            physical = _real(lexical, cache if cache is not None else {})
     except (OSError, ValueError):
         physical = lexical
-    for form in (lexical, physical):
-        what = _named(_components(form, places.root))
+    forms = (lexical,) if physical == lexical else (lexical, physical)
+    if physical != lexical:
+        what = _named(_components(physical, places.root))
         if what is not None:
             return what
-        for place, what in places.real:
-            if _within(form, place) or _within(form.casefold(), place.casefold()):
+    for form in forms:
+        folded = form.casefold()
+        for place, folded_place, what in places.prefixes:
+            if form == place or folded == folded_place or folded.startswith(folded_place + "/"):
                 return what
     return None
 
@@ -426,11 +462,22 @@ class _Shell:
     places: Places
     cwd: Path | None
     dotglob: bool = False
+    real: dict[str, str] = field(default_factory=dict)      # resolved directories
+    judged: dict[tuple[str, str, bool], Any] = field(default_factory=dict)
 
 
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
+    key = (word, str(shell.cwd), shell.dotglob)
+    if key in shell.judged:
+        return shell.judged[key]
+    verdict = _judge_word(word, shell)
+    shell.judged[key] = verdict
+    return verdict
+
+
+def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     alternatives = expand_braces(word)
     if alternatives is None:
         return "ask", "a path the shell computes (brace sequence)"
@@ -443,8 +490,14 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     return unknown
 
 
+_PLAIN = re.compile(r"[^~$`{}*?\[@!+(]*")
+
+
 def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     places = shell.places
+    if shell.cwd is not None and _PLAIN.fullmatch(word):  # nothing for the shell to expand
+        what = protected_path(word or ".", places, shell.cwd, shell.real)
+        return ("deny", what) if what else None
     if "{}" in word:  # find -exec's placeholder: any file find walks to
         return "ask", f"the files find finds ({word})"
     text = word
@@ -486,7 +539,8 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         if _EXPANSION.search(part):
             prefix = "/".join(parts[:i])
             if prefix and not (_GLOB_CHARS & set(prefix)):
-                what = protected_path(prefix, places, shell.cwd) if shell.cwd or os.path.isabs(prefix) else None
+                what = (protected_path(prefix, places, shell.cwd, shell.real) if shell.cwd or os.path.isabs(prefix)
+                        else None)
                 if what is not None:
                     return "deny", what
             return "ask", f"a path the shell computes ({word})"
@@ -496,7 +550,7 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     concrete = "/".join(parts[:first_glob])
     if os.path.isabs(text) and not concrete.startswith("/"):
         concrete = "/" + concrete
-    what = protected_path(concrete or ".", places, shell.cwd)
+    what = protected_path(concrete or ".", places, shell.cwd, shell.real)
     return ("deny", what) if what else None
 
 
@@ -521,6 +575,7 @@ ALL_OPERAND_WRITERS = frozenset({
     "chattr", "setfacl", "mkfifo", "mknod", "patch", "srm",
 })
 DEST_WRITERS = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
+_WRITERS = ALL_OPERAND_WRITERS | DEST_WRITERS | {"tee"}
 INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
 _SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
 
@@ -538,6 +593,8 @@ def _own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
 def _write_targets(argv: tuple[str, ...]) -> list[str]:
     """The files a known writer writes (see the module doc)."""
     program = program_name(argv[0]) if argv else ""
+    if not (program in _WRITERS or program in ("sed", "gsed", "perl", "dd")):
+        return []
     inv = normalize(argv)
     operands = list(inv.operands)
     values = [v for n, v in inv.flags if v is not None]
