@@ -21,7 +21,7 @@ from agent_code.policy.denylist import RULE_IDS, first_hit
 from agent_code.policy.permissions import PermissionMode, PermissionPolicy
 from agent_code.policy.rules import (RuleError, RuleSet, parse_command_pattern, parse_rule, path_matches,
                                      suggest_rules)
-from agent_code.policy.shell_syntax import Op, Word, tokenize
+from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, Simple, parse
 from agent_code.providers.scripted import ScriptedProvider
 from agent_code.tools import ToolContext, default_tools
 from agent_code.tools.base import ToolRegistry, tool
@@ -37,14 +37,30 @@ def builtin(command: str):
     return first_hit(analyze(command), HOME)
 
 
-# --- the tokenizer ----------------------------------------------------------------------
+# --- the parser ------------------------------------------------------------------------
 
-def test_tokenizer_follows_bash_quoting_and_operators():
-    toks = tokenize("a 'b c' \"d $(e f) g\" h\\ i $'j\\x41' k&&l|m;n\no # comment")
-    words = [t.text for t in toks if isinstance(t, Word)]
-    assert words == ["a", "b c", "d $(e f) g", "h i", "jA", "k", "l", "m", "n", "o"]
-    assert [t.op for t in toks if isinstance(t, Op)] == ["&&", "|", ";", "\n"]
-    assert toks[2].subs == ("e f",)  # the substitution inside double quotes is kept
+def test_parser_follows_bash_quoting_and_operators():
+    script = parse("a 'b c' \"d $(e f) g\" h\\ i $'j\\x41' k&&l|m;n\no # comment")
+    stages = [stage for pipeline in script.pipelines for stage in pipeline]
+    assert all(isinstance(s, Simple) for s in stages)
+    assert [s.argv for s in stages] == [("a", "b c", "d $(e f) g", "h i", "jA", "k"), ("l",), ("m",), ("n",), ("o",)]
+    assert [len(p) for p in script.pipelines] == [1, 2, 1, 1]  # l|m is one pipeline
+    inner = stages[0].words[2].subs  # the substitution inside double quotes is opened up
+    assert [s.argv for p in inner[0].pipelines for s in p] == [("e", "f")]
+    assert not script.errors
+
+
+def test_parser_patterns_mark_what_the_shell_expands():
+    words = parse("rm -rf /{a,b} '/*' \"$HOME\"/x $Y ~root *.c").pipelines[0][0].words
+    assert [w.shape for w in words] == ["rm", "-rf", "/{a,b}", "/\\*", UNKNOWN_QUOTED + "/x", UNKNOWN, "~root", "*.c"]
+    assert [w.dynamic for w in words] == [False, False, False, False, True, True, False, False]
+
+
+def test_parser_lists_syntax_errors_and_still_reads_the_commands():
+    script = parse('rm -rf / "unterminated')
+    assert script.errors and script.pipelines[0][0].argv[:3] == ("rm", "-rf", "/")
+    assert parse("echo ok; )").errors
+    assert not parse("if true; then echo; fi").errors
 
 
 def test_analysis_finds_commands_at_every_depth_and_under_wrappers():
@@ -114,7 +130,10 @@ def test_commands_nested_too_deep_to_check_are_refused():
     for _ in range(12):
         command = "bash -c " + shlex.quote(command)
     assert builtin(command).rule == "too-deep"
-    assert builtin('"$(' * 2000).rule == "too-deep"  # deeper than Python's recursion: no crash
+    assert builtin("echo " + '"$(' * 2000 + "ls" + ')"' * 2000).rule == "too-deep"  # past Python's recursion
+    # unbalanced: tree-sitter reads it as one syntax error, which is the built-in ask (not a crash)
+    verdict = RuleSet().evaluate(BASH, {"command": '"$(' * 2000})
+    assert verdict.behavior == "ask" and verdict.rule == "unparsable-command" and verdict.builtin
     assert builtin("bash -c 'bash -c \"echo hi\"'") is None
 
 

@@ -31,7 +31,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from agent_code.policy.shell_syntax import ASSIGNMENT, Simple, parse
+from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
+                                           escape, parse)
 
 MAX_DEPTH = 8
 
@@ -84,6 +85,13 @@ WRAPPERS: dict[str, Wrapper] = {
     "strace": _w("-o -e -p -s -u -E -P -I"),
     "flock": _w("-w --wait --timeout -E --conflict-exit-code", skip=1),
     "caffeinate": _w("-t -w"),
+    "systemd-run": _w("-u --unit -p --property -E --setenv -M --machine --description --slice -H --host "
+                      "--uid --gid --working-directory -D --on-calendar --on-active", privileged=True),
+    "nsenter": _w("-t --target -S --setuid -G --setgid", privileged=True),
+    "unshare": _w("--map-user --map-group --propagation --setgroups"),
+    "firejail": _w(),
+    "parallel": _w("-j --jobs -S --sshlogin --delay --timeout"),
+    "then": _w(), "do": _w(), "else": _w(), "!": _w(),
 }
 
 
@@ -98,6 +106,7 @@ class Command:
     wrapper: str | None = None
     privileged: bool = False
     sub_programs: frozenset[str] = frozenset()
+    patterns: tuple[str, ...] = ()  # argv as the shell may expand it (shell_syntax.Word.pattern); () as argv
 
     @property
     def program(self) -> str:
@@ -113,6 +122,9 @@ class Analysis:
     pipelines: list[tuple[Command | None, ...]] = field(default_factory=list)  # leaf command per stage
     fork_bomb: bool = False
     opaque: bool = False  # nested deeper than MAX_DEPTH: not fully seen
+    errors: list[str] = field(default_factory=list)   # syntax errors (tree-sitter could not read it all)
+    unknown: list[str] = field(default_factory=list)  # what runs but cannot be judged (eval "$x", $cmd …)
+    functions: set[str] = field(default_factory=set)  # functions the line defines (their bodies are analysed)
 
 
 def program_name(word: str) -> str:
@@ -164,12 +176,12 @@ def shell_script(argv: tuple[str, ...]) -> tuple[str | None, bool]:
         if not rest:
             return None, False
         return _fill_positional(rest[0], rest[1:]), False
-    return None, reads_stdin or not rest or rest[0] == "-"
+    return None, reads_stdin or not rest or rest[0] in ("-", "/dev/stdin", "/proc/self/fd/0", "/dev/fd/0")
 
 
 def _fill_positional(script: str, args: tuple[str, ...]) -> str:
     """``bash -c 'rm -rf "$1"' _ /``: put the arguments where the script uses them."""
-    quoted = [shlex.quote(a) for a in args]
+    quoted = [f'"{a}"' if ("$" in a or "`" in a) and '"' not in a else shlex.quote(a) for a in args]
 
     def value(m: re.Match[str]) -> str:
         key = m.group(1) or m.group(2)
@@ -194,6 +206,31 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
         if not argv:
             return chain, None, scripts, extra
         name = program_name(argv[0])
+        if argv[0] in ("{", "}", "(", ")"):  # `coproc { …; }` reaches here as words
+            argv = argv[1:]
+            continue
+        if name == "coproc":
+            chain.append((argv, name, False))
+            argv = argv[2:] if len(argv) > 2 and argv[2] in ("{", "(") else argv[1:]
+            continue
+        if name == "trap":
+            chain.append((argv, name, False))
+            action = next((a for a in argv[1:] if not a.startswith("-")), None)
+            if action is not None and len(argv) > 2:
+                scripts.append(action)
+            return chain, None, scripts, extra
+        if name == "alias":
+            chain.append((argv, name, False))
+            scripts.extend(a.split("=", 1)[1] for a in argv[1:] if "=" in a)
+            return chain, None, scripts, extra
+        if name == "script":
+            chain.append((argv, name, False))
+            for k, a in enumerate(argv):
+                if (a == "--command" or re.fullmatch(r"-[a-zA-Z]*c", a)) and k + 1 < len(argv):
+                    scripts.append(argv[k + 1])
+                elif a.startswith("--command="):
+                    scripts.append(a.split("=", 1)[1])
+            return chain, None, scripts, extra
         if name == "env":
             i, split = 1, None
             while i < len(argv):
@@ -226,7 +263,7 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
             chain.append((argv, name, False))
             scripts.append(" ".join(argv[1:]))
             return chain, None, scripts, extra
-        if name == "su":
+        if name == "su" or (name == "runuser" and ("-c" in argv or "--command" in argv)):
             chain.append((argv, name, True))
             for k, a in enumerate(argv):
                 if a in ("-c", "--command") and k + 1 < len(argv):
@@ -269,42 +306,125 @@ def _split(text: str) -> list[str]:
         return text.split()
 
 
-def _programs(text: str, depth: int) -> frozenset[str]:
-    inner = Analysis(text)
-    _walk(text, depth, inner)
+def _programs(scripts: tuple[Script, ...], depth: int) -> frozenset[str]:
+    inner = Analysis("")
+    for script in scripts:
+        _walk_script(script, depth, inner)
     return frozenset(c.program for c in inner.commands)
 
 
 def _walk(text: str, depth: int, out: Analysis) -> None:
+    """Analyse a script given as text (the line itself, a ``bash -c`` script …)."""
     if depth > MAX_DEPTH:
         out.opaque = True
         return
-    script = parse(text)
+    _walk_script(parse(text), depth, out)
+
+
+def _walk_script(script: Script, depth: int, out: Analysis) -> None:
+    if depth > MAX_DEPTH:
+        out.opaque = True
+        return
     out.fork_bomb |= script.fork_bomb
+    out.errors.extend(script.errors)
+    out.functions.update(script.functions)
     for sub in script.substitutions:
-        _walk(sub, depth + 1, out)
+        _walk_script(sub, depth + 1, out)
     for pipeline in script.pipelines:
         leaves: list[Command | None] = []
         for index, stage in enumerate(pipeline):
-            words = list(stage.words) + [target for _, target in stage.redirects]
-            subs = [sub for w in words for sub in w.subs]
-            sub_programs = frozenset().union(*(_programs(s, depth + 1) for s in subs)) if subs else frozenset()
-            for sub in subs:
-                _walk(sub, depth + 1, out)
-            redirects = tuple((op, target.text) for op, target in stage.redirects)
-            leaf = _expand_argv(stage.argv, redirects, sub_programs, depth, out)
+            previous = (pipeline[index - 1], leaves[index - 1]) if index else None
+            if isinstance(stage, Compound):
+                _walk_script(stage.body, depth, out)
+                if stage.redirects:
+                    redirects = tuple((op, target.text) for op, target in stage.redirects)
+                    out.commands.append(Command((), redirects))
+                leaf = _first_leaf(stage.body, out)
+                leaves.append(leaf)
+                if previous is not None and _stdin_shell_in(stage.body):
+                    _feed(previous, depth, out)
+                continue
+            leaf = _simple(stage, previous, depth, out)
             leaves.append(leaf)
-            if leaf is not None and leaf.program in SHELLS and shell_script(leaf.argv)[1]:
-                # a shell reading its script from stdin: here-strings, here-documents, echo |
-                for op, target in stage.redirects:
-                    if op == "<<<":
-                        _walk(target.text, depth + 1, out)
-                    elif op in ("<<", "<<-") and target.heredoc is not None:
-                        _walk(target.heredoc, depth + 1, out)
-                fed = _literal_output(pipeline[index - 1], leaves[index - 1]) if index else None
-                if fed is not None:
-                    _walk(fed, depth + 1, out)
         out.pipelines.append(tuple(leaves))
+
+
+def _first_leaf(script: Script, out: Analysis) -> Command | None:
+    """What stands for a compound stage in a pipeline: a downloader or a shell in it."""
+    inner = Analysis("")
+    for pipeline in script.pipelines:
+        for stage in pipeline[:1]:
+            if isinstance(stage, Simple) and stage.words:
+                chain, leaf, _, _ = _unwrap(stage.argv)
+                if leaf:
+                    inner.commands.append(Command(leaf))
+    return inner.commands[0] if inner.commands else None
+
+
+def _stdin_shell_in(script: Script) -> bool:
+    for pipeline in script.pipelines:
+        stage = pipeline[0]
+        if isinstance(stage, Simple) and stage.words:
+            leaf = _unwrap(stage.argv)[1]
+            if leaf and program_name(leaf[0]) in SHELLS and shell_script(leaf)[1]:
+                return True
+        elif isinstance(stage, Compound) and _stdin_shell_in(stage.body):
+            return True
+    return False
+
+
+def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth: int,
+            out: Analysis) -> Command | None:
+    words = list(stage.words) + [target for _, target in stage.redirects]
+    subs = tuple(sub for w in words for sub in w.subs)
+    sub_programs = _programs(subs, depth + 1) if subs else frozenset()
+    for sub in subs:
+        _walk_script(sub, depth + 1, out)
+    redirects = tuple((op, target.text) for op, target in stage.redirects)
+    patterns = tuple(w.shape for w in stage.words)
+    leaf = _expand_argv(stage.argv, redirects, sub_programs, depth, out, patterns, previous)
+    if leaf is None and not stage.words and redirects:
+        out.commands.append(Command((), redirects))
+    if leaf is not None and leaf.program == "eval" and any(w.dynamic for w in stage.words[1:]):
+        out.unknown.append("eval of a value only known when it runs")
+    if leaf is not None and _reads_script_from_stdin(leaf):
+        # a shell reading its script from stdin: here-strings, here-documents, echo |
+        fed_by_redirect = False
+        for op, target in stage.redirects:
+            if op == "<<<":
+                _walk(target.text, depth + 1, out)
+                fed_by_redirect = True
+            elif op in ("<<", "<<-") and target.heredoc is not None:
+                _walk(target.heredoc, depth + 1, out)
+                fed_by_redirect = True
+            elif op == "<":
+                fed_by_redirect = True  # a script file, like `bash script.sh`
+        if previous is not None and not fed_by_redirect:
+            _feed(previous, depth, out)
+    return leaf
+
+
+def _reads_script_from_stdin(leaf: Command) -> bool:
+    if leaf.program in SHELLS:
+        return shell_script(leaf.argv)[1]
+    if leaf.program in ("source", "."):
+        return len(leaf.argv) > 1 and leaf.argv[1] in STDIN_FILES
+    return False
+
+
+def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis) -> None:
+    """A shell reads its script from the stage before it: judge that script if it is
+    literal text, else mark the line as holding what cannot be judged."""
+    stage, leaf = previous
+    fed = _literal_output(stage, leaf) if isinstance(stage, Simple) else None
+    if fed is not None:
+        _walk(fed, depth + 1, out)
+    elif leaf is None or leaf.program not in DOWNLOADING:  # downloads are the deny list's
+        out.unknown.append("a shell runs a script piped from another command")
+
+
+DOWNLOADING = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
+STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
 
 
 def _literal_output(stage: Simple, leaf: Command | None) -> str | None:
@@ -316,8 +436,11 @@ def _literal_output(stage: Simple, leaf: Command | None) -> str | None:
         args = list(leaf.argv[1:])
         while leaf.program == "echo" and args and re.fullmatch(r"-[neE]+", args[0]):
             args.pop(0)  # echo's own options
+        if leaf.program == "printf" and args:
+            args[0] = args[0].replace("\\n", "\n").replace("\\n", "\n").replace("%s", " ")
+            args[0] = args[0].replace("\\n", "\n").replace("\\t", "\t")
         return " ".join(args)
-    if leaf.program == "cat":
+    if leaf.program == "cat" and len(leaf.argv) == 1:
         for op, target in stage.redirects:
             if op == "<<<":
                 return target.text
@@ -326,8 +449,28 @@ def _literal_output(stage: Simple, leaf: Command | None) -> str | None:
     return None
 
 
+def _xargs_input(previous: tuple[Stage, Command | None] | None) -> str:
+    """The pattern of what ``xargs`` appends to its command, from the stage feeding it:
+    ``echo``'s words, a ``find``'s starting points, else anything (:data:`UNKNOWN`)."""
+    if previous is None:
+        return UNKNOWN
+    stage, leaf = previous
+    if isinstance(stage, Simple) and leaf is not None:
+        if leaf.program in ("echo", "printf") and not any(w.dynamic for w in stage.words):
+            return " ".join(escape(a) for a in leaf.argv[1:] if not a.startswith("-"))
+        if leaf.program == "find":
+            starts = []
+            for word in leaf.argv[1:]:
+                if word.startswith("-") or word in ("(", "!"):
+                    break
+                starts.append(escape(word))
+            return " ".join(starts) or "."
+    return UNKNOWN
+
+
 def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], sub_programs: frozenset[str],
-                 depth: int, out: Analysis) -> Command | None:
+                 depth: int, out: Analysis, patterns: tuple[str, ...] = (),
+                 previous: tuple[Stage, Command | None] | None = None) -> Command | None:
     """Add the command ``argv`` (its wrappers first) to ``out``; the command finally run."""
     chain, leaf, scripts, extra = _unwrap(argv)
     for wrapped, name, privileged in chain:
@@ -335,8 +478,25 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
                                     sub_programs=sub_programs))
     command = None
     if leaf:
-        command = Command(leaf, redirects, sub_programs=sub_programs)
+        suffix = len(patterns) == len(argv) and tuple(argv[len(argv) - len(leaf):]) == tuple(leaf)
+        shape = patterns[len(argv) - len(leaf):] if suffix else ()
+        if any(name == "xargs" for _, name, _ in chain):
+            shape = (*(shape or tuple(escape(a) for a in leaf)), *_xargs_input(previous).split(" "))
+        command = Command(leaf, redirects, sub_programs=sub_programs, patterns=shape)
         out.commands.append(command)
+        if shape and (UNKNOWN in shape[0] or UNKNOWN_QUOTED in shape[0]):
+            out.unknown.append(f"the command name {leaf[0]!r} is only known when it runs")
+        if command.program in SHELLS and len(leaf) > 1 and not shell_script(leaf)[1] and shape:
+            script_word = next((p for a, p in zip(leaf[1:], shape[1:]) if not a.startswith(("-", "+"))), "")
+            if script_word[:1] in (UNKNOWN, UNKNOWN_QUOTED) and "<(" in " ".join(leaf):
+                out.unknown.append("a shell runs a script produced by another command")
+        if command.program in ("source", ".") and len(leaf) > 1 and leaf[1].startswith("<("):
+            out.unknown.append("source of a script produced by another command")
+    runner = chain[-1] if chain and scripts else None
+    if runner is not None and len(patterns) == len(argv):
+        tail = patterns[len(argv) - len(runner[0]) + 1:]
+        if any(UNKNOWN in p or UNKNOWN_QUOTED in p for p in tail):
+            out.unknown.append(f"{runner[1]} runs a script only known when it runs")
     for script in scripts:
         _walk(script, depth + 1, out)
     for inner in extra:
@@ -378,6 +538,8 @@ VALUE_OPTIONS: dict[str, frozenset[str]] = {
     "chmod": frozenset({"--reference"}),
     "chown": frozenset({"--reference", "--from"}),
     "find": frozenset(),
+    "mv": frozenset({"-t", "--target-directory", "-S", "--suffix"}),
+    "cp": frozenset({"-t", "--target-directory", "-S", "--suffix"}),
 }
 
 
@@ -408,8 +570,9 @@ def normalize_path(word: str) -> str:
     return re.sub(r"^/+", "/", normalized)
 
 
-def normalize(argv: tuple[str, ...] | list[str]) -> Invocation:
-    """See the module doc: base name, split clusters, aliases, ``--``, path operands."""
+def normalize(argv: tuple[str, ...] | list[str], paths: bool = True) -> Invocation:
+    """See the module doc: base name, split clusters, aliases, ``--``, path operands
+    (``paths=False``: operands as written, for word patterns)."""
     if not argv:
         return Invocation("", (), ())
     program = program_name(argv[0])
@@ -422,7 +585,7 @@ def normalize(argv: tuple[str, ...] | list[str]) -> Invocation:
         word = argv[i]
         i += 1
         if options_done or word == "-" or not word.startswith("-") or len(word) == 1:
-            operands.append(normalize_path(word))
+            operands.append(normalize_path(word) if paths else word)
             continue
         if word == "--":
             options_done = True

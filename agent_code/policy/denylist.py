@@ -38,22 +38,55 @@ interpreter (``python -c "shutil.rmtree('/')"``). The sandbox is what confines c
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from agent_code.policy.commands import (INTERPRETERS, SHELLS, Analysis, Command, Invocation, normalize,
-                                       normalize_path, shell_script)
-from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
+                                       normalize_path, program_name, shell_script)
+from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, WRITE_REDIRECTIONS, escape
 
 SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
                          "/root", "/sbin", "/srv", "/sys", "/usr", "/var", "/Users", "/System", "/Library",
-                         "/Applications"})
+                         "/Applications", "/snap", "/mnt", "/media", "/run", "/private", "/nix", "/efi"})
 SAFE_DEVICES = re.compile(r"^/dev/(null|zero|full|random|urandom|stdin|stdout|stderr|tty|ptmx|fd/\d+|pts/.*|"
                           r"shm(/.*)?)$")
 DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
-FORMATTERS = re.compile(r"^(mkfs(\..+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs|mkfs_msdos|newfs(_.+)?)$")
+FORMATTERS = re.compile(r"^(mkfs(\..+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs|mkfs_msdos|newfs(_.+)?|mkexfatfs|"
+                        r"mkfs\.\w+|blkdiscard|badblocks)$")
+# partition and volume tools, and the sub-commands of theirs that destroy data
+DISK_TOOLS: dict[str, frozenset[str] | None] = {
+    "fdisk": None, "sfdisk": None, "cfdisk": None, "gdisk": None, "sgdisk": None, "parted": None,
+    "zpool": frozenset({"destroy", "labelclear", "create"}), "zfs": frozenset({"destroy"}),
+    "lvremove": None, "vgremove": None, "pvremove": None, "dmsetup": frozenset({"remove", "remove_all", "wipe_table"}),
+    "cryptsetup": frozenset({"luksFormat", "erase", "luksErase", "reencrypt"}), "nvme": frozenset({"format", "sanitize"}),
+    "mdadm": None, "hdparm": None, "sg_format": None, "diskutil": frozenset({"eraseDisk", "eraseVolume",
+                                                                           "partitionDisk", "zeroDisk"}),
+}
+# read-only spellings of those tools (listing partitions is fine)
+DISK_READ_FLAGS = frozenset({"-l", "--list", "-s", "--show", "--print", "-p", "-V", "--version", "-h", "--help",
+                             "-I", "--detail", "--examine", "-D", "-E", "-Q", "--query"})
+# files whose loss or rewrite breaks the machine or its security
+SYSTEM_FILES = frozenset({"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow", "/etc/sudoers", "/etc/fstab",
+                          "/etc/ld.so.preload", "/etc/inittab", "/etc/crypttab", "/etc/login.defs", "/etc/hosts",
+                          "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/environment", "/etc/profile",
+                          "/etc/bash.bashrc", "/etc/ssh/sshd_config", "/etc/security/limits.conf"})
+SYSTEM_TREES = ("/boot/", "/etc/sudoers.d/", "/etc/pam.d/", "/etc/systemd/", "/etc/cron.d/", "/etc/init.d/",
+                "/etc/profile.d/", "/lib/modules/", "/usr/lib/modules/", "/etc/modprobe.d/", "/etc/default/grub",
+                "/proc/sys/", "/sys/", "/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/lib/", "/lib64/",
+                "/usr/lib/", "/usr/lib64/", "/efi/", "/etc/apt/", "/etc/yum.repos.d/")
+KERNEL_FILES = ("/proc/sysrq-trigger", "/proc/sys/", "/sys/power/", "/sys/kernel/", "/dev/mem", "/dev/kmem",
+                "/dev/port", "/proc/kcore", "/sys/firmware/")
+POWER_PROGRAMS = frozenset({"shutdown", "reboot", "halt", "poweroff", "pm-suspend", "pm-hibernate",
+                            "pm-suspend-hybrid", "systemd-hibernate", "kexec", "rtcwake", "zzz", "s2ram",
+                            "killall5", "hibernate"})
+POWER_VERBS = frozenset({"poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
+                         "suspend-then-hibernate", "rescue", "emergency", "soft-reboot", "default"})
+KERNEL_PROGRAMS = frozenset({"insmod", "rmmod", "kexec", "kmod", "depmod"})
+WRITERS = frozenset({"tee", "truncate", "shred", "sponge", "install", "cp", "mv", "rsync", "ln", "dd", "unlink",
+                     "rm", "ddrescue", "scp", "patch"})
 
 
 @dataclass(frozen=True)
@@ -66,19 +99,210 @@ class Hit:
     command: str
 
 
+# --- what a word may name -------------------------------------------------------------
+
+def _with_home(path: str, home: str | None) -> str:
+    """``~/x``, ``$HOME/x``, ``${HOME}/x`` with the home directory put in."""
+    if not home:
+        return path
+    for lead in ("~", "$HOME", "${HOME}"):
+        if path == lead or path.startswith(lead + "/"):
+            return home.rstrip("/") + path[len(lead):]
+    return path
+
+
 def is_protected(word: str, home: str | None = None) -> bool:
     """Whether removing or re-owning ``word`` recursively would wreck the machine or
     the user's home: ``/``, ``/*``, a top-level system directory (or its ``/*``), ``~``,
-    ``$HOME``, the real home directory (each or its ``/*``), and ``..`` chains."""
+    ``$HOME``, the real home directory (each or its ``/*``), ``..`` chains, and any of
+    those reached through ``..`` (``~/..``, ``/tmp/../etc``)."""
     path = normalize_path(word)
-    base = path.removesuffix("/*")
-    if base in ("", "/") or path == "/*":
+    for candidate in (path, normalize_path(_with_home(word, home))):
+        base = candidate.removesuffix("/*")
+        if base in ("", "/") or candidate == "/*":
+            return True
+        if base in SYSTEM_DIRS:
+            return True
+        if base in ("~", "$HOME"):
+            return True
+        if home and base in (normalize_path(home), posixpath.dirname(normalize_path(home))):
+            return True
+        if re.fullmatch(r"\.\.(/\.\.)*", base):
+            return True
+    return False
+
+
+def _unescape(pattern: str) -> str:
+    return re.sub(r"\\(.)", r"\1", pattern, flags=re.DOTALL)
+
+
+def _is_glob(pattern: str) -> bool:
+    return re.search(r"(?<!\\)(?:\\\\)*[*?\[]", pattern) is not None
+
+
+def brace_alternatives(pattern: str, limit: int = 256) -> list[str]:
+    """Brace expansion of a word pattern (``/{etc,usr}`` → ``/etc``, ``/usr``;
+    ``{1..3}``), escapes honoured. Past ``limit`` words: one word that may be anything."""
+    out: list[str] = []
+    todo = [pattern]
+    while todo:
+        p = todo.pop()
+        found = _first_brace(p)
+        if found is None:
+            out.append(p)
+        else:
+            i, j, alternatives = found
+            todo.extend(p[:i] + a + p[j + 1:] for a in reversed(alternatives))
+        if len(out) + len(todo) > limit:
+            return [UNKNOWN]
+    return out
+
+
+def _first_brace(p: str) -> tuple[int, int, list[str]] | None:
+    i = 0
+    while i < len(p):
+        if p[i] == "\\":
+            i += 2
+            continue
+        if p[i] == "{":
+            depth, j, commas = 0, i, []
+            while j < len(p):
+                c = p[j]
+                if c == "\\":
+                    j += 2
+                    continue
+                if c == "{":
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif c == "," and depth == 1:
+                    commas.append(j)
+                j += 1
+            if j < len(p):
+                body = p[i + 1:j]
+                if commas:
+                    cuts = [i, *commas, j]
+                    return i, j, [p[a + 1:b] for a, b in zip(cuts, cuts[1:])]
+                seq = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.-?\d+)?", body)
+                if seq:
+                    a, b = seq.group(1), seq.group(2)
+                    if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+                        lo, hi = sorted((int(a), int(b)))
+                        if hi - lo > 256:
+                            return i, j, [UNKNOWN]
+                        return i, j, [str(k) for k in range(lo, hi + 1)]
+                    if a.isalpha() and b.isalpha():
+                        lo, hi = sorted((ord(a), ord(b)))
+                        return i, j, [escape(chr(k)) for k in range(lo, hi + 1)]
+        i += 1
+    return None
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob pattern as a regex over paths: ``*``/``?`` stay in one component and do not
+    match a leading dot; escapes are literal."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        at_start = i == 0 or pattern[i - 1] == "/"
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append(("(?!\\.)" if at_start else "") + "[^/]*")
+        elif c == "?":
+            out.append(("(?!\\.)" if at_start else "") + "[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 2)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end + 1
+                continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+_PROBES = ("bin", "x", "lib64", "a.b", "data")
+
+
+def _protected_names(home: str | None) -> set[str]:
+    names = {d.rsplit("/", 1)[1] for d in SYSTEM_DIRS}
+    if home:
+        names.add(normalize_path(home).rsplit("/", 1)[-1])
+    return names
+
+
+def possibly_protected(pattern: str, home: str | None = None) -> bool:
+    """Whether a word pattern (:attr:`shell_syntax.Word.pattern`) may name a protected
+    path once the shell has expanded it: braces are enumerated exactly; a glob counts when
+    it may match a protected path or everything in one; a ``$…``, ``$(…)`` or ``~user``
+    counts unless a literal last component pins the path to an ordinary name
+    (``"$HOME"/build`` is fine, ``"$HOME"``, ``/$(echo)``, ``$X/etc`` are not)."""
+    if UNKNOWN not in pattern and UNKNOWN_QUOTED not in pattern and not re.search(r"[\\{*?\[~]", pattern):
+        return is_protected(pattern, home)
+    return any(_alternative_protected(alt, home) for alt in brace_alternatives(pattern))
+
+
+def _alternative_protected(p: str, home: str | None) -> bool:
+    tilde = re.match(r"~([^/\\]*)", p)
+    if tilde:
+        user = tilde.group(1)
+        if user == "":
+            p = escape(home) + p[1:] if home else p
+        else:  # ~user, ~+, ~-: someone's home or a working directory
+            p = UNKNOWN_QUOTED + p[tilde.end():]
+    if UNKNOWN in p or UNKNOWN_QUOTED in p:
+        comps = p.split("/")
+        while len(comps) > 1 and comps[-1] in ("", "."):
+            comps.pop()
+        last = comps[-1]
+        if UNKNOWN in last or UNKNOWN_QUOTED in last or last in ("..", "", "~"):
+            return True
+        regex = _glob_regex(last)
+        return any(regex.fullmatch(name) for name in _protected_names(home))
+    if not _is_glob(p):
+        return is_protected(_unescape(p), home)
+    path = re.sub(r"/+", "/", p)
+    path = re.sub(r"(^|/)\./", r"\1", path)
+    path = path.rstrip("/") or "/"
+    if ".." in path.split("/"):
+        path = posixpath.normpath(path)
+    regex = _glob_regex(path)
+    candidates = ["/", *SYSTEM_DIRS, "..", "../..", "../../..", "./.."]
+    if home:
+        candidates += [normalize_path(home), posixpath.dirname(normalize_path(home))]
+    if any(regex.fullmatch(c) for c in candidates):
         return True
-    if base in SYSTEM_DIRS:
-        return True
-    if base in ("~", "$HOME") or (home and base == normalize_path(home)):
-        return True
-    return bool(re.fullmatch(r"\.\.(/\.\.)*", base))
+    parent, _, last = path.rpartition("/")
+    parent = parent if path.startswith("/") and parent else (parent or ".")
+    if path.startswith("/") and parent == "":
+        parent = "/"
+    if _is_glob(last) and not _is_glob(parent) and is_protected(_unescape(parent), home):
+        last_regex = _glob_regex(last)
+        return sum(bool(last_regex.fullmatch(probe)) for probe in _PROBES) >= 3
+    return False
+
+
+def _patterns(c: Command) -> tuple[str, ...]:
+    return c.patterns or tuple(escape(a) for a in c.argv)
+
+
+def _word(c: Command, pattern: str) -> str:
+    """The word of ``c`` as written whose pattern is ``pattern`` (for messages)."""
+    for word, shape in zip(c.argv, _patterns(c)):
+        if shape == pattern:
+            return word
+    return "(the input of xargs)" if pattern in (UNKNOWN, UNKNOWN_QUOTED) else _unescape(pattern)
 
 
 def _shown(command: Command) -> str:
@@ -86,14 +310,31 @@ def _shown(command: Command) -> str:
     return " ".join([*command.argv, *(f"{op} {target}" for op, target in command.redirects)])
 
 
+def _may(pattern: str) -> str:
+    if UNKNOWN in pattern or UNKNOWN_QUOTED in pattern or "~" in pattern:
+        return " (the shell expands it: it may name any protected path)"
+    if pattern != escape(_unescape(pattern)):
+        return " (a glob or brace expansion that may name a protected path)"
+    return ""
+
+
+def _splits(pattern: str) -> bool:
+    """An unquoted expansion at the start of a word: it may become options and paths."""
+    return pattern.startswith(UNKNOWN)
+
+
 def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program != "rm":
         return None
     if inv.has_flag("--no-preserve-root"):
         return "rm --no-preserve-root"
-    if inv.has_flag("-r") and any(is_protected(op, home) for op in inv.operands):
-        target = next(op for op in inv.operands if is_protected(op, home))
-        return f"recursive removal of {target}"
+    shape = normalize(_patterns(c), paths=False)
+    target = next((op for op in shape.operands if possibly_protected(op, home)), None)
+    if inv.has_flag("-r") and target is not None:
+        return f"recursive removal of {_word(c, target)}" + _may(target)
+    splitting = next((op for op in shape.operands if _splits(op)), None)
+    if splitting is not None:
+        return f"rm of the unquoted expansion {_word(c, splitting)}, which may hold -r and a protected path"
     return None
 
 
@@ -101,35 +342,80 @@ def _find_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program != "find":
         return None
     starts = []
-    for word in c.argv[1:]:
+    for word, shape in zip(c.argv[1:], _patterns(c)[1:]):
+        if word in ("-H", "-L", "-P") or re.fullmatch(r"-O\d", word) or word == "-D":
+            continue
         if word.startswith("-") or word in ("(", "!"):
             break
-        starts.append(word)
-    runs_rm = any(word in ("-exec", "-execdir", "-ok", "-okdir") and nxt.rsplit("/", 1)[-1] == "rm"
-                  for word, nxt in zip(c.argv, c.argv[1:]))
-    if (inv.has_flag("-delete") or runs_rm) and any(is_protected(s, home) for s in starts):
-        return f"find deleting under {next(s for s in starts if is_protected(s, home))}"
+        starts.append((word, shape))
+    destructive = {"rm", "shred", "unlink", "rmdir", "chmod", "chown", "chgrp", "truncate", "mv", "dd", "srm"}
+    runs = any(word in ("-exec", "-execdir", "-ok", "-okdir") and program_name(nxt) in destructive | SHELLS
+               for word, nxt in zip(c.argv, c.argv[1:]))
+    if inv.has_flag("-delete") or runs:
+        for word, shape in starts:
+            if possibly_protected(shape, home):
+                return f"find deleting or changing everything under {word}" + _may(shape)
     return None
 
 
 def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
-    if inv.program in ("chmod", "chown", "chgrp") and inv.has_flag("-R"):
-        target = next((op for op in inv.operands if is_protected(op, home)), None)
+    if inv.program not in ("chmod", "chown", "chgrp", "chattr", "setfacl", "chcon"):
+        return None
+    shape = normalize(_patterns(c), paths=False)
+    recursive = inv.has_flag("-R") or inv.has_flag("-r") and inv.program != "chmod"
+    paths = shape.operands[1:] if inv.program in ("chmod", "chown", "chgrp", "chattr") else shape.operands
+    if recursive or any(_splits(op) for op in paths):
+        target = next((op for op in paths if possibly_protected(op, home)), None)
         if target is not None:
-            return f"recursive {inv.program} of {target}"
+            return f"recursive {inv.program} of {_word(c, target)}" + _may(target)
+    for op in paths:  # even without -R: the root itself, a system directory, or everything in /
+        if not (UNKNOWN in op or UNKNOWN_QUOTED in op) and possibly_protected(op, None) and \
+                normalize_path(_unescape(op)) not in ("..", "../..") and "~" not in op:
+            return f"{inv.program} of {_unescape(op)}"
     return None
 
 
 def _move_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
-    if inv.program == "mv" and len(inv.operands) >= 2:
-        target = next((op for op in inv.operands[:-1] if is_protected(op, home)), None)
-        if target is not None:
-            return f"moving {target}"
+    if inv.program != "mv":
+        return None
+    argv = normalize(_patterns(c), paths=False)
+    flags = dict(argv.flags)
+    operands = list(argv.operands)
+    target_dir = next((v for n, v in argv.flags if n in ("-t", "--target-directory") and v), None)
+    if "-t" in flags or "--target-directory" in flags or target_dir:
+        sources = operands[1:] if "-t" in flags and flags["-t"] is None and operands else operands
+    else:
+        sources = operands[:-1]
+    target = next((op for op in sources if possibly_protected(op, home)), None)
+    if target is not None:
+        return f"moving {_word(c, target)}" + _may(target)
     return None
 
 
 def _format_disk(c: Command, inv: Invocation, home: str | None) -> str | None:
-    return f"formatting a disk ({inv.program})" if FORMATTERS.match(inv.program) else None
+    if FORMATTERS.match(inv.program):
+        return f"formatting or wiping a disk ({inv.program})"
+    if inv.program in DISK_TOOLS:
+        verbs = DISK_TOOLS[inv.program]
+        if verbs is None:
+            if inv.program == "hdparm" and not any(n.startswith("--security-erase") or n in ("--trim-sector-ranges",
+                                                   "--write-sector", "--make-bad-sector", "--dco-restore")
+                                                   for n, _ in inv.flags):
+                return None
+            if inv.program == "mdadm" and not any(n in ("--zero-superblock", "--create", "-C") for n, _ in inv.flags):
+                return None
+            if inv.flags and all(n in DISK_READ_FLAGS for n, _ in inv.flags) and inv.program != "sgdisk":
+                return None
+            if inv.program == "sgdisk" and all(n in DISK_READ_FLAGS for n, _ in inv.flags):
+                return None
+            if inv.program == "parted" and any(op in ("print", "-l") for op in inv.operands) and not any(
+                    op in ("mklabel", "mkpart", "rm", "resizepart", "mktable") for op in inv.operands):
+                return None
+            return f"changing disk partitions or volumes ({inv.program})"
+        hit = next((op for op in inv.operands if op in verbs), None)
+        if hit is not None:
+            return f"{inv.program} {hit}"
+    return None
 
 
 def _is_device(path: str) -> bool:
@@ -137,28 +423,123 @@ def _is_device(path: str) -> bool:
     return path.startswith("/dev/") and not SAFE_DEVICES.match(path)
 
 
+def _maybe_device(word: str, shape: str | None = None) -> bool:
+    """A block or character device other than the harmless ones; a pattern under /dev/
+    with an expansion or glob counts too (``/dev/sd$X``, ``/dev/sd*``)."""
+    if shape and shape != escape(word) and (UNKNOWN in shape or UNKNOWN_QUOTED in shape or _is_glob(shape)):
+        return bool(re.match(r"/+dev/", shape)) and not SAFE_DEVICES.match(normalize_path(word))
+    return _is_device(word)
+
+
 def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
     for op, target in c.redirects:
         if op in WRITE_REDIRECTIONS and _is_device(target):
             return f"writing to the device {target}"
-    if inv.program == "dd":
-        for word in c.argv[1:]:
-            if word.startswith("of=") and _is_device(word[3:]):
+    shapes = _patterns(c)
+    if inv.program in ("dd", "ddrescue") or inv.program == "dcfldd":
+        for word, shape in zip(c.argv[1:], shapes[1:]):
+            if word.startswith("of=") and _maybe_device(word[3:], shape[3:]):
                 return f"writing to the device {word[3:]}"
-    if inv.program in ("tee", "shred") and any(_is_device(op) for op in inv.operands):
-        return f"writing to the device {next(op for op in inv.operands if _is_device(op))}"
-    if inv.program in ("cp", "mv", "install", "rsync") and inv.operands and _is_device(inv.operands[-1]):
-        return f"writing to the device {inv.operands[-1]}"
+    operands = [(w, p) for w, p in zip(c.argv[1:], shapes[1:]) if not w.startswith("-")]
+    if inv.program in ("tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard") and any(
+            _maybe_device(w, p) for w, p in operands):
+        return f"writing to the device {next(w for w, p in operands if _maybe_device(w, p))}"
+    if inv.program in ("cp", "mv", "install", "rsync", "ddrescue", "cat", "pv") and operands and \
+            inv.program not in ("cat", "pv") and _maybe_device(*operands[-1]):
+        return f"writing to the device {operands[-1][0]}"
+    return None
+
+
+def _system_path(path: str) -> bool:
+    path = normalize_path(path)
+    return path in SYSTEM_FILES or any(path.startswith(t) or path + "/" == t for t in SYSTEM_TREES)
+
+
+def _kernel_path(path: str) -> bool:
+    path = normalize_path(path)
+    return any(path == k.rstrip("/") or path.startswith(k) for k in KERNEL_FILES)
+
+
+def _written_files(c: Command, inv: Invocation) -> list[str]:
+    """Files the command writes, truncates or removes (its redirections, and the
+    destinations of the usual writers)."""
+    out = [t for op, t in c.redirects if op in WRITE_REDIRECTIONS and not (op == ">&" and (t.isdigit() or t == "-"))]
+    operands = [op for op in inv.operands]
+    if inv.program in ("tee", "truncate", "shred", "sponge", "unlink", "rm"):
+        out += operands
+    elif inv.program in ("cp", "mv", "install", "rsync", "ln", "scp") and len(operands) >= 2:
+        out.append(operands[-1])
+        if inv.program == "mv":
+            out += operands[:-1]
+    elif inv.program in ("dd", "dcfldd"):
+        out += [w[3:] for w in c.argv[1:] if w.startswith("of=")]
+    elif inv.program in ("sed", "perl") and any(n in ("-i", "--in-place") or n.startswith("-i") for n, _ in inv.flags):
+        out += operands[1:]
+    elif inv.program == "patch":
+        out += operands[:1]
+    return out
+
+
+def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
+    for path in _written_files(c, inv):
+        if _system_path(path):
+            return f"writing or removing the system file {path}"
+    if inv.program in ("chmod", "chown", "chgrp", "chattr") and any(
+            normalize_path(op) in SYSTEM_FILES for op in inv.operands[1:]):
+        return f"{inv.program} of {next(op for op in inv.operands[1:] if normalize_path(op) in SYSTEM_FILES)}"
+    if inv.program in ("passwd", "userdel", "usermod", "deluser", "chpasswd", "visudo", "vipw", "groupdel") and \
+            inv.program != "passwd":
+        return f"changing the system's accounts ({inv.program})"
+    if inv.program == "passwd" and any(n in ("-d", "--delete", "-l", "--lock") for n, _ in inv.flags):
+        return "passwd removing or locking a password"
     return None
 
 
 def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
-    if inv.program in ("shutdown", "reboot", "halt", "poweroff"):
+    if inv.program in POWER_PROGRAMS:
         return f"{inv.program} of the machine"
-    if inv.program in ("init", "telinit") and inv.operands[:1] in (("0",), ("6",)):
+    if inv.program in ("init", "telinit") and inv.operands[:1] in (("0",), ("6",), ("1",), ("s",), ("S",)):
         return f"{inv.program} {inv.operands[0]}"
-    if inv.program == "systemctl" and set(inv.operands) & {"poweroff", "reboot", "halt", "kexec"}:
-        return "systemctl " + next(o for o in inv.operands if o in ("poweroff", "reboot", "halt", "kexec"))
+    if inv.program in ("systemctl", "loginctl") and set(inv.operands) & POWER_VERBS:
+        return f"{inv.program} " + next(o for o in inv.operands if o in POWER_VERBS)
+    if inv.program == "systemctl" and "isolate" in inv.operands:
+        return "systemctl isolate"
+    if inv.program in ("systemctl", "service") and any(o in ("stop", "kill", "mask", "disable") for o in inv.operands) \
+            and any(re.match(r"(ssh|sshd|systemd-\w+|dbus|networking|network-manager|NetworkManager|"
+                             r"systemd-logind|getty@.*|init)(\.service)?$", o) for o in inv.operands):
+        return f"{inv.program} stopping a service the machine needs"
+    if inv.program in ("kill", "pkill", "killall") and (
+            any(op in ("1", "-1") for op in inv.operands) or inv.has_flag("-1")
+            or (inv.program != "kill" and any(op in ("init", "systemd", "sshd") for op in inv.operands))):
+        return f"{inv.program} of init or of every process"
+    if inv.program in ("dbus-send", "gdbus") and re.search(r"(PowerOff|Reboot|Suspend|Hibernate|Halt)", " ".join(c.argv)):
+        return "powering off through D-Bus"
+    return None
+
+
+def _kernel(c: Command, inv: Invocation, home: str | None) -> str | None:
+    if inv.program in KERNEL_PROGRAMS:
+        return f"{inv.program}: loading, removing or replacing kernel code"
+    if inv.program == "modprobe" and not any(n in ("-n", "--dry-run", "-c", "--showconfig", "-D",
+                                                   "--show-depends", "--show", "-V", "--version")
+                                             for n, _ in inv.flags):
+        return "modprobe: loading or removing a kernel module"
+    if inv.program == "sysctl" and (any(n in ("-w", "--write", "-p", "--load", "--system") for n, _ in inv.flags)
+                                    or any("=" in op for op in inv.operands)):
+        return "sysctl changing kernel parameters"
+    if inv.program in ("swapoff", "umount") and (inv.has_flag("-a") or inv.has_flag("--all")):
+        return f"{inv.program} -a"
+    if inv.program == "umount" and any(normalize_path(op) in ("/", *SYSTEM_DIRS) for op in inv.operands):
+        return f"umount of {next(op for op in inv.operands if normalize_path(op) in ('/', *SYSTEM_DIRS))}"
+    if inv.program == "mount" and any(op == "remount" or op.startswith("remount,") or ",remount" in op
+                                      for _, op in inv.flags if op) and "/" in inv.operands:
+        return "remounting /"
+    if inv.program == "echo" or inv.program == "printf" or True:
+        for op, target in c.redirects:
+            if op in WRITE_REDIRECTIONS and _kernel_path(target):
+                return f"writing to the kernel interface {target}"
+    if inv.program in ("tee", "dd", "cp", "sponge") and any(_kernel_path(w.removeprefix("of=")) for w in c.argv[1:]):
+        return f"writing to the kernel interface {next(w for w in c.argv[1:] if _kernel_path(w.removeprefix('of=')))}"
     return None
 
 
@@ -171,6 +552,8 @@ COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("format-disk", _format_disk),
     ("write-device", _write_device),
     ("power", _power),
+    ("kernel", _kernel),
+    ("system-file", _system_file),
 )
 RULE_IDS = tuple(rule for rule, _ in COMMAND_CHECKS) + ("fork-bomb", "download-to-shell", "too-deep")
 

@@ -42,8 +42,10 @@ operands (``*`` inside a word is a wildcard). Then:
 (``secrets`` covers ``secrets/key.pem``). The call's path is resolved first, so
 ``./a/../secrets/x`` and a symlink into ``secrets/`` are caught.
 
-Precedence: the built-in deny list (:mod:`policy.denylist`), then deny rules, then ask
-rules, then allow rules; :meth:`RuleSet.evaluate` returns the first that decides, or
+Precedence: the built-in deny list (:mod:`policy.denylist`), then deny rules, then the
+built-in ask for a command line that cannot be judged (a syntax error, ``eval "$x"``,
+``$cmd``, a script piped into a shell: :func:`builtin_ask`), then ask rules, then allow
+rules; :meth:`RuleSet.evaluate` returns the first that decides, or
 None for "no rule: ask the permission mode". A directory-walking call (``grep`` over
 the whole project) is judged by its own path argument, not by every file it reads.
 """
@@ -289,6 +291,10 @@ class RuleSet:
                 detail = _matches_any(rule, tool, subject, analysis, path)
                 if detail is not None:
                     return Verdict(behavior, rule.text, rule.source, detail)  # type: ignore[arg-type]
+            if behavior == "deny" and analysis is not None:
+                unjudged = builtin_ask(analysis)
+                if unjudged is not None:
+                    return unjudged
         return self._allowed(tool, subject, analysis, path)
 
     def _allowed(self, tool: Tool, subject: Subject, analysis: Analysis | None, path: str | None) -> Verdict | None:
@@ -304,6 +310,25 @@ class RuleSet:
             if _specifier_matches(rule, subject, path):
                 return Verdict("allow", rule.text, rule.source)
         return None
+
+
+UNPARSABLE = "unparsable-command"
+UNJUDGED = "unjudged-command"
+
+
+def builtin_ask(analysis: Analysis) -> Verdict | None:
+    """The built-in ``ask`` for a command line the deny list cannot judge (and found
+    nothing dangerous in): one with a syntax error, or one that runs something only known
+    when it runs (``eval "$x"``, ``$cmd``, ``… | sh``). The REPL asks the user; headless
+    modes, bypassPermissions included, refuse it."""
+    if analysis.errors:
+        return Verdict("ask", UNPARSABLE, "built-in",
+                       f"the built-in check cannot read this command line ({analysis.errors[0]}), so it cannot "
+                       "tell whether it is safe")
+    if analysis.unknown:
+        return Verdict("ask", UNJUDGED, "built-in",
+                       f"the built-in check cannot judge this command line: {analysis.unknown[0]}")
+    return None
 
 
 def _specifier_matches(rule: Rule, subject: Subject, path: str | None) -> bool:
@@ -333,7 +358,7 @@ def _matches_any(rule: Rule, tool: Tool, subject: Subject, analysis: Analysis | 
 
 def _allowed_command(rules: list[Rule], analysis: Analysis) -> Verdict | None:
     """Allowed only if every command in the line is allowed (see the module doc)."""
-    if analysis.opaque or analysis.fork_bomb:
+    if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
     patterns = [(r, parse_command_pattern(r.specifier)) for r in rules if r.specifier is not None]
     used: list[Rule] = []

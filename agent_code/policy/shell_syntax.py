@@ -1,52 +1,117 @@
-"""Bash syntax for the permission layer: a tokenizer and a parser of simple commands.
+"""Bash syntax for the permission layer, read with tree-sitter's bash grammar.
 
-:func:`tokenize` follows bash's quoting (``'…'``, ``"…"``, ``$'…'``, backslashes, line
-continuations), comments, operators (``;`` ``&&`` ``||`` ``|`` ``&`` ``(`` ``)``, newlines,
-redirections) and keeps the scripts inside ``$(…)``, backticks and ``<(…)`` with the word
-they occur in; here-documents are read too. It is lenient: an unterminated quote ends at
-the end of the text instead of failing, so a check still sees the words (bash would
-refuse to run it anyway). It is bash-aware where :mod:`shlex` is not (``shlex`` knows no
-``$(…)``, backticks, newlines as separators or here-documents).
+:func:`parse` turns a command line into a :class:`Script`: pipelines of stages, each a
+:class:`Simple` command (its words after quote removal, and its redirections) or a
+:class:`Compound` one (a subshell, ``{ … }``, ``if``/``while``/``for``/``case``, a
+function body) holding a script of its own. Every construct that runs commands is
+opened up: ``$(…)``, backticks, ``<(…)``/``>(…)``, substitutions inside ``$((…))``,
+``((…))``, ``${x:-$(…)}``, ``[[ … ]]``, loop lists and ``case`` subjects, assignments;
+here-document bodies and here-strings are kept with the redirection that feeds them.
 
-:func:`parse` turns the tokens into pipelines of simple commands; leading reserved words
-(``if``, ``then``, ``do``, ``{``, ``!`` …) and variable assignments are dropped, loop and
-case headers skipped (their substitutions kept), and recursive forking functions (fork
-bombs) noticed. Nothing is expanded, run or looked up: these are pure functions.
+Each :class:`Word` also carries a ``pattern``: its text as the shell would expand it,
+with literal (quoted or escaped) glob and brace characters escaped by a backslash and
+every expansion whose value is only known when it runs (``$x``, ``${…}``, ``$(…)``,
+``$((…))``, ``<(…)``) replaced by :data:`UNKNOWN` (unquoted: it may split into several
+words) or :data:`UNKNOWN_QUOTED` (one word). The deny list reads patterns; rules read
+the text.
+
+tree-sitter recovers from syntax errors: what it could not read is listed in
+``Script.errors`` (the words inside an error are still grouped into commands, so the
+deny list sees them). Recursive forking functions (fork bombs) and loops that spawn
+background jobs forever are noticed here. Nothing is expanded, run or looked up: these
+are pure functions. The grammar's :class:`tree_sitter.Parser` is built once per process.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Union
 
-# --- tokens ---------------------------------------------------------------------------
+import tree_sitter
+import tree_sitter_bash
 
-# longest first, so that "&&" is not read as two "&"
-OPERATORS = ("<<<", "<<-", "&>>", ";;&", "&&", "||", ";;", ";&", "|&", "&>", ">>", ">|", ">&", "<<",
-             "<&", "<>", "|", "&", ";", "<", ">", "(", ")")
-REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>"})
+REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
 PIPES = frozenset({"|", "|&"})
 WRITE_REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 
+UNKNOWN = "\x01"         # an unquoted expansion: any text, maybe several words
+UNKNOWN_QUOTED = "\x02"  # a quoted expansion: any text, one word
+_PATTERN_SPECIAL = set("*?[]{},~\\")
+
+
+@lru_cache(maxsize=1)
+def parser() -> tree_sitter.Parser:
+    """The bash parser (built once)."""
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+# --- the model ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Word:
-    """One shell word after quote removal. ``subs`` holds the scripts of the command
-    substitutions in it (``$(…)``, backticks, ``<(…)``), which run before the command;
-    their text stays in ``text`` as written. ``heredoc`` is a here-document's body
-    (on the delimiter word of ``<<``)."""
+    """One shell word after quote removal. ``subs`` are the scripts of the command
+    substitutions in it (which run before the command); their text stays in ``text`` as
+    written. ``heredoc`` is a here-document's body (on the delimiter word of ``<<``).
+    ``pattern``: see the module doc (empty: the same as ``text``, nothing expands)."""
 
     text: str
-    subs: tuple[str, ...] = ()
+    subs: tuple["Script", ...] = ()
     heredoc: str | None = None
+    pattern: str = ""
+
+    @property
+    def shape(self) -> str:
+        return self.pattern or escape(self.text)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether its value is only known when it runs (a parameter, substitution …)."""
+        return UNKNOWN in self.pattern or UNKNOWN_QUOTED in self.pattern
 
 
 @dataclass(frozen=True)
-class Op:
-    op: str
+class Simple:
+    """One simple command: its words (assignments and reserved words dropped) and its
+    redirections as ``(operator, target word)``."""
+
+    words: tuple[Word, ...]
+    redirects: tuple[tuple[str, Word], ...] = ()
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(w.text for w in self.words)
 
 
-Token = Word | Op
+@dataclass(frozen=True)
+class Compound:
+    """A compound command as one pipeline stage: its body, and redirections on it."""
+
+    body: "Script"
+    kind: str = "group"
+    redirects: tuple[tuple[str, Word], ...] = ()
+
+
+Stage = Union[Simple, Compound]
+
+
+@dataclass(frozen=True)
+class Script:
+    pipelines: tuple[tuple[Stage, ...], ...] = ()
+    fork_bomb: bool = False
+    substitutions: tuple["Script", ...] = ()  # in words that are not part of a simple command's argv
+    functions: tuple[str, ...] = ()           # names of the functions it defines
+    errors: tuple[str, ...] = ()              # syntax errors (tree-sitter ERROR / MISSING nodes)
+
+
+def escape(text: str) -> str:
+    """``text`` as a pattern that matches only itself."""
+    return "".join("\\" + c if c in _PATTERN_SPECIAL else c for c in text)
+
+
+# --- quoting --------------------------------------------------------------------------
 
 _ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b",
            "E": "\x1b", "\\": "\\", "'": "'", '"': '"', "?": "?"}
@@ -70,7 +135,10 @@ def _ansi_c(body: str) -> str:
             width = {"x": 2, "u": 4, "U": 8}[nxt]
             digits = re.match(f"[0-9a-fA-F]{{1,{width}}}", body[i + 2:])
             if digits:
-                out.append(chr(int(digits.group(), 16)))
+                try:
+                    out.append(chr(int(digits.group(), 16)))
+                except ValueError:
+                    out.append("\ufffd")
                 i += 2 + len(digits.group())
             else:
                 out.append("\\" + nxt)
@@ -80,385 +148,449 @@ def _ansi_c(body: str) -> str:
             assert digits is not None
             out.append(chr(int(digits.group(), 8)))
             i += 1 + len(digits.group())
+        elif nxt == "c" and i + 2 < len(body):
+            out.append(chr(ord(body[i + 2]) & 0x1F))
+            i += 3
         else:
             out.append("\\" + nxt)
             i += 2
     return "".join(out)
 
 
-class _Lexer:
-    """Bash-like tokenizer over one script; see :func:`tokenize`."""
+def _unescape_double(raw: str) -> str:
+    """The value of text inside ``"…"``: ``\\$ \\` \\" \\\\`` and line continuations."""
+    return re.sub(r'\\(\n|[$`"\\])', lambda m: "" if m.group(1) == "\n" else m.group(1), raw)
 
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.n = len(text)
-        self.tokens: list[Token] = []
-        self.chars: list[str] | None = None  # the word being built; None: between words
-        self.subs: list[str] = []
-        self.heredocs: list[tuple[int, str, bool, bool]] = []  # (token index, delimiter, strip tabs, expands)
-        self.awaiting_delimiter: str | None = None
-        self._word_quoted = False  # the word being built has a quoted part (a quoted delimiter)
 
-    # -- helpers
-    def _flush(self) -> None:
-        if self.chars is None:
+# --- tree → model ---------------------------------------------------------------------
+
+Node = tree_sitter.Node
+
+STATEMENTS = frozenset({
+    "command", "pipeline", "list", "redirected_statement", "subshell", "compound_statement", "if_statement",
+    "while_statement", "for_statement", "c_style_for_statement", "case_statement", "function_definition",
+    "negated_command", "test_command", "declaration_command", "unset_command", "variable_assignment",
+    "variable_assignments", "program", "do_group", "else_clause", "elif_clause", "case_item", "ERROR",
+})
+FLATTENED = frozenset({"program", "list", "do_group", "else_clause", "elif_clause", "case_item"})
+COMPOUNDS = {"subshell": "subshell", "compound_statement": "group", "if_statement": "if", "while_statement": "loop",
+             "for_statement": "loop", "c_style_for_statement": "loop", "case_statement": "case", "ERROR": "error"}
+SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution",
+                        "arithmetic_expansion"})
+REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
+_INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
+_PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
+
+
+class _Acc:
+    """What a script is being built from."""
+
+    def __init__(self) -> None:
+        self.pipelines: list[tuple[Stage, ...]] = []
+        self.subs: list[Script] = []
+        self.functions: list[str] = []
+        self.fork_bomb = False
+
+    def script(self, errors: tuple[str, ...] = ()) -> Script:
+        return Script(tuple(self.pipelines), self.fork_bomb, tuple(self.subs), tuple(self.functions), errors)
+
+
+class _Reader:
+    def __init__(self, source: bytes) -> None:
+        self.src = source
+
+    def text(self, node: Node) -> str:
+        return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+    # -- statements
+    def statement(self, node: Node, acc: _Acc) -> None:
+        if node.type in FLATTENED:
+            self.container(node, acc)
             return
-        word = Word("".join(self.chars), tuple(self.subs))
-        if self.awaiting_delimiter is not None:
-            op = self.awaiting_delimiter
-            self.awaiting_delimiter = None
-            quoted = self._word_quoted
-            self.heredocs.append((len(self.tokens), word.text, op == "<<-", not quoted))
-        self.tokens.append(word)
-        self.chars, self.subs = None, []
-        self._word_quoted = False
+        stages = self.stages(node, acc)
+        if stages:
+            acc.pipelines.append(tuple(stages))
 
-    def _start(self) -> list[str]:
-        if self.chars is None:
-            self.chars = []
-            self.subs = []
-            self._word_quoted = False
-        return self.chars
+    def container(self, node: Node, acc: _Acc) -> None:
+        """The statements among ``node``'s children; loose words (inside an ERROR) are
+        grouped into commands; other expressions only contribute their substitutions."""
+        loose: list[Node] = []
 
-    def _paren(self, i: int) -> tuple[str, int]:
-        """Body of a ``(…)`` whose ``(`` ends just before ``i``; the index after ``)``."""
-        depth, j = 1, i
-        while j < self.n:
-            c = self.s[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "'":
-                end = self.s.find("'", j + 1)
-                j = self.n if end == -1 else end + 1
-                continue
-            if c == '"':
-                j = self._double(j + 1)[2]
-                continue
-            if c == "`":
-                j = self._backtick(j + 1)[1]
-                continue
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return self.s[i:j], j + 1
-            j += 1
-        return self.s[i:], self.n
+        def flush() -> None:
+            if loose:
+                acc.pipelines.append((self.simple(loose, [], acc),))
+                loose.clear()
 
-    def _backtick(self, i: int) -> tuple[str, int]:
-        """Body of a backtick substitution starting at ``i``; the index after the closing one."""
-        out, j = [], i
-        while j < self.n:
-            c = self.s[j]
-            if c == "\\" and j + 1 < self.n and self.s[j + 1] in "`\\$":
-                out.append(self.s[j + 1])
-                j += 2
+        for child in node.children:
+            if not child.is_named:
+                if child.type not in ("$(", "`", "<(", ">("):
+                    flush()
                 continue
-            if c == "`":
-                return "".join(out), j + 1
-            out.append(c)
-            j += 1
-        return "".join(out), self.n
-
-    def _double(self, i: int) -> tuple[str, list[str], int]:
-        """A double-quoted string from ``i`` (after the quote): its value, the substitutions
-        in it, and the index after the closing quote."""
-        out: list[str] = []
-        subs: list[str] = []
-        j = i
-        while j < self.n:
-            c = self.s[j]
-            if c == '"':
-                return "".join(out), subs, j + 1
-            if c == "\\" and j + 1 < self.n:
-                nxt = self.s[j + 1]
-                if nxt == "\n":
-                    j += 2
-                    continue
-                if nxt in '$`"\\':
-                    out.append(nxt)
-                    j += 2
-                    continue
-                out.append(c)
-                j += 1
+            kind = child.type
+            if kind == "comment":
                 continue
-            if c == "$" and self.s.startswith("((", j + 1):
-                body, k = self._paren(j + 2)
-                out.append(self.s[j:k])
-                j = k
-                continue
-            if c == "$" and self.s.startswith("(", j + 1):
-                body, k = self._paren(j + 2)
-                subs.append(body)
-                out.append(self.s[j:k])
-                j = k
-                continue
-            if c == "`":
-                body, k = self._backtick(j + 1)
-                subs.append(body)
-                out.append(self.s[j:k])
-                j = k
-                continue
-            out.append(c)
-            j += 1
-        return "".join(out), subs, self.n
-
-    def _read_heredocs(self, i: int) -> int:
-        """Read the bodies of pending here-documents, from the line starting at ``i``."""
-        for index, delimiter, strip_tabs, expands in self.heredocs:
-            lines: list[str] = []
-            while i < self.n:
-                end = self.s.find("\n", i)
-                end = self.n if end == -1 else end
-                line = self.s[i:end]
-                i = end + 1
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                    break
-                lines.append(line)
-            body = "\n".join(lines)
-            word = self.tokens[index]
-            assert isinstance(word, Word)
-            subs = heredoc_substitutions(body) if expands else ()
-            self.tokens[index] = Word(word.text, word.subs + subs, heredoc=body)
-        self.heredocs = []
-        return min(i, self.n)
-
-    # -- main loop
-    def run(self) -> list[Token]:
-        s, n = self.s, self.n
-        i = 0
-        while i < n:
-            c = s[i]
-            if c in " \t\r":
-                self._flush()
-                i += 1
-            elif c == "\n":
-                self._flush()
-                self.tokens.append(Op("\n"))
-                i += 1
-                if self.heredocs:
-                    i = self._read_heredocs(i)
-            elif c == "\\":
-                if i + 1 < n and s[i + 1] == "\n":
-                    i += 2  # line continuation
-                else:
-                    self._start().append(s[i + 1] if i + 1 < n else "")
-                    self._word_quoted = True
-                    i += 2
-            elif c == "'":
-                end = s.find("'", i + 1)
-                end = n if end == -1 else end
-                self._start().append(s[i + 1:end])
-                self._word_quoted = True
-                i = end + 1
-            elif c == '"':
-                value, subs, i = self._double(i + 1)
-                self._start().append(value)
-                self.subs.extend(subs)
-                self._word_quoted = True
-            elif c == "`":
-                body, k = self._backtick(i + 1)
-                self._start().append(s[i:k])
-                self.subs.append(body)
-                i = k
-            elif c == "$" and s.startswith("'", i + 1):
-                end = i + 2
-                while end < n and s[end] != "'":
-                    end += 2 if s[end] == "\\" else 1
-                self._start().append(_ansi_c(s[i + 2:min(end, n)]))
-                self._word_quoted = True
-                i = end + 1
-            elif c == "$" and s.startswith("((", i + 1):
-                _, k = self._paren(i + 2)
-                self._start().append(s[i:k])  # arithmetic, not a command
-                i = k
-            elif c == "$" and s.startswith("(", i + 1):
-                body, k = self._paren(i + 2)
-                self._start().append(s[i:k])
-                self.subs.append(body)
-                i = k
-            elif c in "<>" and s.startswith("(", i + 1):
-                body, k = self._paren(i + 2)  # process substitution
-                self._start().append(s[i:k])
-                self.subs.append(body)
-                i = k
-            elif c == "#" and self.chars is None:
-                end = s.find("\n", i)
-                i = n if end == -1 else end
-            elif c in ";&|<>()":
-                if c in "<>" and self.chars is not None and self.chars and all(
-                        ch.isdigit() for ch in self.chars) and not self.subs:
-                    self.chars = None  # a file descriptor number: 2>/dev/null
-                self._flush()
-                op = next(o for o in OPERATORS if s.startswith(o, i))
-                self.tokens.append(Op(op))
-                if op in ("<<", "<<-"):
-                    self.awaiting_delimiter = op
-                i += len(op)
+            if kind in STATEMENTS:
+                flush()
+                self.statement(child, acc)
+            elif kind in REDIRECT_NODES:
+                flush()
+                op, target, _ = self.redirect(child, acc)
+                acc.pipelines.append((Simple((), ((op, target),)),))
+            elif node.type == "ERROR" and kind in ("word", "string", "raw_string", "concatenation",
+                                                   "simple_expansion", "expansion", "command_substitution",
+                                                   "ansi_c_string", "number"):
+                loose.append(child)
             else:
-                self._start().append(c)
-                i += 1
-        self._flush()
-        return self.tokens
+                acc.subs.extend(self.substitutions(child))
+        flush()
 
+    def stages(self, node: Node, acc: _Acc) -> list[Stage]:
+        kind = node.type
+        if kind == "pipeline":
+            out: list[Stage] = []
+            for child in node.named_children:
+                if child.type != "comment":
+                    out += self.stages(child, acc)
+            return out
+        if kind == "list":  # only as a here-document's continuation: its first part continues the pipeline
+            children = [c for c in node.named_children if c.type != "comment"]
+            if not children:
+                return []
+            first = self.stages(children[0], acc)
+            for child in children[1:]:
+                self.statement(child, acc)
+            return first
+        if kind == "command":
+            return [self.command(node, [], acc)]
+        if kind in ("declaration_command", "unset_command"):
+            keyword = next((c for c in node.children if not c.is_named), None)
+            words = [Word(self.text(keyword))] if keyword is not None else []
+            return [self.simple(node.named_children, [], acc, words)]
+        if kind == "test_command":
+            subs = tuple(s for c in node.named_children for s in self.substitutions(c))
+            return [Simple((Word("[[", subs),))]
+        if kind in ("variable_assignment", "variable_assignments"):
+            acc.subs.extend(self.substitutions(node))
+            return []
+        if kind == "negated_command":
+            out = []
+            for child in node.named_children:
+                out += self.stages(child, acc)
+            return out
+        if kind == "redirected_statement":
+            return self.redirected(node, acc)
+        if kind == "function_definition":
+            return [self.function(node, acc)]
+        if kind in FLATTENED:
+            inner = _Acc()
+            self.container(node, inner)
+            return [Compound(inner.script(), "group")]
+        inner = _Acc()
+        self.container(node, inner)
+        if kind in ("while_statement", "c_style_for_statement") and self._spawns_forever(node):
+            inner.fork_bomb = True
+        return [Compound(inner.script(), COMPOUNDS.get(kind, kind))]
 
-def heredoc_substitutions(body: str) -> tuple[str, ...]:
-    """The ``$(…)`` and backtick scripts in an unquoted here-document's body (they run;
-    quotes there are plain characters)."""
-    lexer = _Lexer(body)
-    subs: list[str] = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            i += 2
-        elif c == "$" and body.startswith("((", i + 1):
-            i = lexer._paren(i + 2)[1]
-        elif c == "$" and body.startswith("(", i + 1):
-            sub, i = lexer._paren(i + 2)
-            subs.append(sub)
-        elif c == "`":
-            sub, i = lexer._backtick(i + 1)
-            subs.append(sub)
+    def redirected(self, node: Node, acc: _Acc) -> list[Stage]:
+        body = node.child_by_field_name("body")
+        redirects: list[tuple[str, Word]] = []
+        after: list[Stage] = []
+        for child in node.children:
+            if child.type in REDIRECT_NODES:
+                op, target, more = self.redirect(child, acc)
+                redirects.append((op, target))
+                for extra in more:
+                    if extra.type in REDIRECT_NODES:
+                        redirects.append(self.redirect(extra, acc)[:2])
+                    else:
+                        after += self.stages(extra, acc)
+        if body is None:
+            first: Stage = Simple((), tuple(redirects))
+        elif body.type == "command":
+            first = self.command(body, redirects, acc)
         else:
-            i += 1
-    return tuple(subs)
+            stages = self.stages(body, acc)
+            if len(stages) == 1 and isinstance(stages[0], Simple):
+                first = Simple(stages[0].words, stages[0].redirects + tuple(redirects))
+            elif len(stages) == 1 and isinstance(stages[0], Compound):
+                first = Compound(stages[0].body, stages[0].kind, stages[0].redirects + tuple(redirects))
+            else:  # a pipeline with redirections on its last stage
+                inner = Script(pipelines=(tuple(stages),))
+                first = Compound(inner, "group", tuple(redirects))
+        return [first, *after]
 
+    def redirect(self, node: Node, acc: _Acc) -> tuple[str, Word, list[Node]]:
+        """A redirection: its operator, its target word (for a here-document the delimiter,
+        with the body), and statements or redirections that tree-sitter nested inside it."""
+        op = next((self.text(c) for c in node.children if not c.is_named), "")
+        more: list[Node] = []
+        if node.type == "heredoc_redirect":
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            delimiter = self.text(start) if start is not None else ""
+            quoted = any(q in delimiter for q in "'\"\\")
+            body_node = next((c for c in node.children if c.type == "heredoc_body"), None)
+            body = self.text(body_node) if body_node is not None else ""
+            if op == "<<-":
+                body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+            subs = () if quoted or body_node is None else tuple(self.substitutions(body_node))
+            for child in node.named_children:
+                if child.type not in ("heredoc_start", "heredoc_body", "heredoc_end", "comment"):
+                    more.append(child)
+            word = Word(re.sub(r"['\"\\]", "", delimiter), subs, heredoc=body,
+                        pattern=escape(body) if quoted else self.heredoc_pattern(body_node))
+            return op, word, more
+        targets = [c for c in node.named_children if c.type not in ("file_descriptor", "ERROR", "comment")]
+        if node.type == "file_redirect" and op in (">&", "<&") and not targets:
+            targets = [c for c in node.named_children if c.type == "file_descriptor"][1:]
+        if not targets:
+            return op, Word(""), more
+        word = self.word(targets[0])
+        for extra in targets[1:]:  # `> f x`: tree-sitter keeps trailing words here
+            acc.subs.extend(self.substitutions(extra))
+        return op, word, more
 
-def tokenize(text: str) -> list[Token]:
-    """Words (quotes removed, substitutions noted) and operators of a bash script."""
-    return _Lexer(text).run()
+    def heredoc_pattern(self, body: Node | None) -> str:
+        if body is None:
+            return ""
+        out, pos = [], body.start_byte
+        for child in body.named_children:
+            if child.type in EXPANSIONS:
+                out.append(escape(self.src[pos:child.start_byte].decode("utf-8", "replace")) + UNKNOWN)
+                pos = child.end_byte
+        out.append(escape(self.src[pos:body.end_byte].decode("utf-8", "replace")))
+        return "".join(out)
 
+    def command(self, node: Node, redirects: list[tuple[str, Word]], acc: _Acc) -> Simple:
+        parts: list[Node] = []
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                acc.subs.extend(self.substitutions(child))
+            elif child.type in REDIRECT_NODES:
+                op, target, more = self.redirect(child, acc)
+                redirects = [*redirects, (op, target)]
+                for extra in more:
+                    self.statement(extra, acc)
+            elif child.type == "command_name":
+                parts.extend(child.named_children)
+            elif child.type != "comment":
+                parts.append(child)
+        return self.simple(parts, redirects, acc)
 
-# --- simple commands and pipelines ----------------------------------------------------
+    def simple(self, nodes: list[Node], redirects: list[tuple[str, Word]], acc: _Acc,
+               words: list[Word] | None = None) -> Simple:
+        words = list(words or [])
+        for child in nodes:
+            if child.type in REDIRECT_NODES:
+                op, target, more = self.redirect(child, acc)
+                redirects = [*redirects, (op, target)]
+                for extra in more:
+                    self.statement(extra, acc)
+            elif child.type != "comment":
+                words.append(self.word(child))
+        return Simple(tuple(words), tuple(redirects))
 
-@dataclass(frozen=True)
-class Simple:
-    """One simple command: its words (assignments and reserved words dropped) and its
-    redirections as ``(operator, target word)``."""
+    def function(self, node: Node, acc: _Acc) -> Compound:
+        name_node = node.child_by_field_name("name")
+        name = self.text(name_node) if name_node is not None else ""
+        body = node.child_by_field_name("body")
+        inner = _Acc()
+        if body is not None:
+            self.statement(body, inner)
+            if name and self._calls_itself_forking(body, name, False, False):
+                inner.fork_bomb = True
+        acc.functions.append(name)
+        return Compound(inner.script(), "function")
 
-    words: tuple[Word, ...]
-    redirects: tuple[tuple[str, Word], ...] = ()
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return tuple(w.text for w in self.words)
-
-
-@dataclass(frozen=True)
-class Script:
-    pipelines: tuple[tuple[Simple, ...], ...]
-    fork_bomb: bool = False
-    substitutions: tuple[str, ...] = ()  # in words that are not part of a simple command's argv
-
-
-LEADING_RESERVED = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "fi",
-                              "done", "esac", "time", "in"})
-HEADER_RESERVED = frozenset({"for", "select", "case", "function"})
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-
-
-def _command_span(words: list[Word]) -> tuple[int, int]:
-    """Where the command is in a simple command's words: leading reserved words and
-    assignments are skipped; a loop or case header is no command (an empty span)."""
-    start = 0
-    while start < len(words) and (words[start].text in LEADING_RESERVED or ASSIGNMENT.match(words[start].text)):
-        start += 1
-    end = len(words)
-    if start < end and words[start].text in HEADER_RESERVED:
-        return start, start
-    if end - start > 1 and words[end - 1].text == "}":
-        end -= 1
-    return start, end
-
-
-def _opens(text: str) -> int:
-    return 1 if text.startswith("{") else 0
-
-
-def _closes(text: str) -> int:
-    return 1 if text.endswith("}") and not re.search(r"\$\{[^{}]*\}$", text) else 0
-
-
-def _function_body(tokens: list[Token], start: int) -> list[Token]:
-    """The tokens of a function body starting at ``start``: its ``{ … }`` group, or the
-    rest of the script when the body is not a brace group."""
-    if start >= len(tokens) or not (isinstance(tokens[start], Word) and _opens(tokens[start].text)):  # type: ignore[union-attr]
-        return tokens[start:]
-    depth = 0
-    for j in range(start, len(tokens)):
-        tok = tokens[j]
-        if isinstance(tok, Word):
-            depth += _opens(tok.text) - _closes(tok.text)
-            if depth <= 0:
-                return tokens[start:j + 1]
-    return tokens[start:]
-
-
-def _forking_functions(tokens: list[Token]) -> bool:
-    """Whether a function is defined whose body pipes into itself or runs itself in the
-    background (``:(){ :|:& };:``, ``bomb() { bomb | bomb & }``)."""
-    for k, tok in enumerate(tokens):
-        if not isinstance(tok, Word):
-            continue
-        name: str | None = None
-        if k + 2 < len(tokens) and tokens[k + 1] == Op("(") and tokens[k + 2] == Op(")"):
-            name, start = tok.text, k + 3
-        elif tok.text == "function" and k + 1 < len(tokens) and isinstance(tokens[k + 1], Word):
-            name, start = tokens[k + 1].text, k + 2  # type: ignore[union-attr]
-            if tokens[start:start + 2] == [Op("("), Op(")")]:
-                start += 2
-        if not name:
-            continue
-        items = [t.text.strip("{}") if isinstance(t, Word) else t for t in _function_body(tokens, start)]
-        for a, b, c in zip(items, items[1:], items[2:] + [None]):
-            if a == name and (b in (Op("|"), Op("|&")) and c == name or b == Op("&")):
+    # -- fork bombs
+    def _calls_itself_forking(self, node: Node, name: str, piped: bool, background: bool) -> bool:
+        """Whether ``node`` calls ``name`` inside a pipeline or in the background."""
+        if node.type == "function_definition":
+            return False
+        if node.type == "command":
+            called = node.child_by_field_name("name")
+            return (piped or background) and called is not None and self.text(called) == name
+        children = node.children
+        for i, child in enumerate(children):
+            bg = background or (i + 1 < len(children) and children[i + 1].type == "&")
+            if self._calls_itself_forking(child, name, piped or node.type == "pipeline", bg):
                 return True
-    return False
+        return False
+
+    def _spawns_forever(self, node: Node) -> bool:
+        """``while true; do x & done`` (no sleep, wait or break in it): a process flood."""
+        condition = node.child_by_field_name("condition")
+        body = node.child_by_field_name("body")
+        if body is None:
+            return False
+        if node.type == "c_style_for_statement":
+            forever = node.child_by_field_name("condition") is None
+        else:
+            forever = condition is not None and self.text(condition).strip().rstrip(";").strip() in _INFINITE
+        if not forever:
+            return False
+        names, background = set(), False
+        stack = [body]
+        while stack:
+            n = stack.pop()
+            if n.type == "command":
+                called = n.child_by_field_name("name")
+                if called is not None:
+                    names.add(self.text(called))
+            kids = n.children
+            background |= any(k.type == "&" for k in kids)
+            stack.extend(kids)
+        return background and not (names & _PACING)
+
+    # -- words
+    def substitutions(self, node: Node) -> list[Script]:
+        """The scripts of every substitution inside an expression."""
+        out: list[Script] = []
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.type in SUBSTITUTIONS:
+                inner = _Acc()
+                self.container(n, inner)
+                out.append(inner.script())
+                continue
+            if n.child_count == 0 or n.type in ("regex", "extglob_pattern"):
+                if n.type in ("regex", "extglob_pattern") and _HIDDEN_SUBSTITUTION.search(self.text(n)):
+                    out.extend(_hidden(self.text(n)))
+                continue
+            stack.extend(reversed(n.children))
+        return out
+
+    def word(self, node: Node) -> Word:
+        texts: list[str] = []
+        pattern: list[str] = []
+        self._parts(node, texts, pattern, False)
+        text, shape = "".join(texts), "".join(pattern)
+        subs = tuple(self.substitutions(node))
+        return Word(text, subs, pattern="" if shape == escape(text) else shape)
+
+    def _parts(self, node: Node, texts: list[str], pattern: list[str], quoted: bool) -> None:
+        kind = node.type
+        raw = self.text(node)
+        if kind in EXPANSIONS:
+            texts.append(raw)
+            pattern.append(UNKNOWN_QUOTED if quoted else UNKNOWN)
+        elif kind == "word" and not quoted:
+            i = 0
+            while i < len(raw):
+                c = raw[i]
+                if c == "\\" and i + 1 < len(raw):
+                    if raw[i + 1] != "\n":
+                        texts.append(raw[i + 1])
+                        pattern.append(escape(raw[i + 1]))
+                    i += 2
+                    continue
+                texts.append(c)
+                pattern.append(c)
+                i += 1
+        elif kind == "raw_string":
+            value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
+            texts.append(value)
+            pattern.append(escape(value))
+        elif kind == "ansi_c_string":
+            body = raw[2:-1] if len(raw) >= 3 and raw.endswith("'") else raw[2:]
+            value = _ansi_c(body)
+            texts.append(value)
+            pattern.append(escape(value))
+        elif kind in ("string", "translated_string"):
+            start = node.start_byte + (2 if kind == "translated_string" else 1)
+            end = node.end_byte - 1 if raw.endswith('"') and len(raw) > 1 else node.end_byte
+            pos = start
+            for child in node.named_children:
+                if child.start_byte > pos:
+                    gap = _unescape_double(self.src[pos:child.start_byte].decode("utf-8", "replace"))
+                    texts.append(gap)
+                    pattern.append(escape(gap))
+                if child.type in EXPANSIONS:
+                    self._parts(child, texts, pattern, True)
+                else:
+                    value = _unescape_double(self.text(child))
+                    texts.append(value)
+                    pattern.append(escape(value))
+                pos = max(pos, child.end_byte)
+            if end > pos:
+                gap = _unescape_double(self.src[pos:end].decode("utf-8", "replace"))
+                texts.append(gap)
+                pattern.append(escape(gap))
+        elif kind == "concatenation":
+            pos = node.start_byte
+            for child in node.children:
+                if child.start_byte > pos:  # text tree-sitter left between the parts
+                    gap = self.src[pos:child.start_byte].decode("utf-8", "replace")
+                    texts.append(gap)
+                    pattern.append(gap)
+                self._parts(child, texts, pattern, quoted)
+                pos = child.end_byte
+        elif kind == "variable_assignment":
+            value = node.child_by_field_name("value")
+            head = self.src[node.start_byte:value.start_byte if value is not None else node.end_byte]
+            texts.append(head.decode("utf-8", "replace"))
+            pattern.append(escape(head.decode("utf-8", "replace")))
+            if value is not None:
+                self._parts(value, texts, pattern, quoted)
+        elif node.child_count and kind not in ("number", "brace_expression", "regex", "extglob_pattern"):
+            pos = node.start_byte
+            for child in node.children:
+                if child.start_byte > pos:
+                    gap = self.src[pos:child.start_byte].decode("utf-8", "replace")
+                    texts.append(gap)
+                    pattern.append(gap if not quoted else escape(gap))
+                self._parts(child, texts, pattern, quoted)
+                pos = child.end_byte
+            if node.end_byte > pos:
+                gap = self.src[pos:node.end_byte].decode("utf-8", "replace")
+                texts.append(gap)
+                pattern.append(gap if not quoted else escape(gap))
+        else:
+            texts.append(raw)
+            pattern.append(escape(raw) if quoted else raw)
+
+
+def _hidden(text: str) -> list[Script]:
+    """Substitutions that tree-sitter kept as plain text (inside ``${x#…}`` patterns or
+    ``[[ … =~ … ]]``): read the text again as the argument of a command."""
+    script = parse(": " + text)
+    found = list(script.substitutions)
+    for pipeline in script.pipelines:
+        for stage in pipeline:
+            if isinstance(stage, Simple):
+                found += [s for w in stage.words for s in w.subs]
+    if not found and script.errors:
+        found.append(Script(errors=script.errors))
+    return found
+
+
+def _errors(root: Node, source: bytes) -> tuple[str, ...]:
+    if not root.has_error:
+        return ()
+    found: list[str] = []
+    stack = [root]
+    while stack and len(found) < 3:
+        n = stack.pop()
+        if n.is_missing:
+            found.append(f"missing `{n.type}` at character {n.start_byte}")
+        elif n.type == "ERROR":
+            near = source[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            near = near if len(near) <= 40 else near[:37] + "..."
+            found.append(f"syntax error at character {n.start_byte} near `{near}`")
+            continue
+        if n.has_error:
+            stack.extend(reversed(n.children))
+    return tuple(found) or ("syntax error",)
 
 
 def parse(text: str) -> Script:
-    """The pipelines of simple commands in ``text``, separators and groupings flattened."""
-    tokens = tokenize(text)
-    pipelines: list[tuple[Simple, ...]] = []
-    stages: list[Simple] = []
-    words: list[Word] = []
-    redirects: list[tuple[str, Word]] = []
-    loose_subs: list[str] = []
-    pending: str | None = None
-
-    def end_stage() -> None:
-        nonlocal words, redirects
-        start, end = _command_span(words)
-        cleaned = words[start:end]
-        for w in words[:start] + words[end:]:
-            loose_subs.extend(w.subs)  # `x=$(cmd)` and `for f in $(cmd)` still run cmd
-        if cleaned or redirects:
-            stages.append(Simple(tuple(cleaned), tuple(redirects)))
-        words, redirects = [], []
-
-    def end_pipeline() -> None:
-        nonlocal stages
-        if stages:
-            pipelines.append(tuple(stages))
-        stages = []
-
-    for tok in tokens:
-        if isinstance(tok, Word):
-            if pending is not None:
-                redirects.append((pending, tok))
-                pending = None
-            else:
-                words.append(tok)
-        elif tok.op in REDIRECTIONS:
-            pending = tok.op
-        elif tok.op in PIPES:
-            end_stage()
-        else:
-            end_stage()
-            end_pipeline()
-    end_stage()
-    end_pipeline()
-    return Script(tuple(pipelines), _forking_functions(tokens), tuple(loose_subs))
+    """The script in ``text``: pipelines of simple and compound commands, every
+    substitution opened up, syntax errors listed (see the module doc)."""
+    source = text.encode("utf-8", "surrogatepass")
+    tree = parser().parse(source)
+    reader = _Reader(source)
+    acc = _Acc()
+    reader.container(tree.root_node, acc)
+    return acc.script(_errors(tree.root_node, source))
