@@ -51,6 +51,7 @@ from agent_code.agent.compaction import (
 )
 from agent_code.agent.todos import Todo
 from agent_code.policy import PermissionMode, PermissionPolicy
+from agent_code.policy.permissions import runs_as_read_only
 from agent_code.providers.base import ModelProvider, ProviderError
 from agent_code.tools.base import Tool, ToolContext, ToolRegistry
 from agent_code.types import ModelResponse, ToolCall, ToolResult, Usage
@@ -316,6 +317,7 @@ class Agent:
                 denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.arguments})
                 return ToolResult(call.id, decision.message, is_error=True)
         self.current_call = call
+        self.ctx.read_only_commands = t is not None and runs_as_read_only(self.permissions.mode, t, call.arguments)
         try:
             result = self.tools.run(call, self.ctx)
         finally:

@@ -101,6 +101,9 @@ class ToolContext:
     root: Path
     files: FileState = field(default_factory=FileState)
     backups: list[Backup] = field(default_factory=list)
+    # set by the agent loop before each call: the call runs only because its command is
+    # read-only (plan mode), so the bash tool neutralises the config that names programs
+    read_only_commands: bool = False
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
