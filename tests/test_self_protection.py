@@ -208,7 +208,6 @@ DENIED_COMMANDS = [
     "cat > .agent/settings.local.json <<'EOF'\n{\"permissions\": {\"defaultMode\": \"bypassPermissions\"}}\nEOF",
     "printf x >| .agent/settings.json",
     "ls &> .agent/settings.json",
-    "exec 3<> .agent/settings.json",
     "echo > ./.agent/../.agent/settings.local.json",
     "echo > .AGENT/settings.json",
     "tee .agent/settings.local.json < /tmp/x",
@@ -295,7 +294,8 @@ MAYBE_COMMANDS = [
     "cd \"$D\" && echo x > settings.local.json",
     "echo x > ~-/settings.json",
     "echo x > {a..z}/x",
-    "ls | xargs rm",
+    "ls | xargs touch",
+    "find . -name '*.json' | xargs chmod 600",
     "find . -name settings.json -delete",
     "find . -delete",
     "find . -name config -exec sed -i s/a/b/ {} +",
@@ -315,6 +315,19 @@ def test_commands_that_may_write_them_are_never_auto_allowed(project, home, comm
     p = policy("acceptEdits", project, home, allow=("bash",))
     p.ask = None
     assert not p.check(BASH, {"command": command}).allowed
+
+
+NOT_ALLOWED_COMMANDS = [  # deny (self-protection) or at least ask, whatever the parser makes of them
+    "exec 3<> .agent/settings.json", "exec 3> .agent/settings.json", "echo x 1<> .git/config",
+    "(cd .agent; touch settings.local.json)", "{ cd .git/hooks && cp /tmp/x pre-commit; }",
+    "cd / && cd \"$OLDPWD\"/.agent && touch x", "if true; then cd .agent; fi; echo x > settings.json",
+]
+
+
+@pytest.mark.parametrize("command", NOT_ALLOWED_COMMANDS)
+def test_never_allowed_by_a_rule(project, home, command):
+    explained = policy("acceptEdits", project, home, allow=("bash",)).explain(BASH, {"command": command})
+    assert explained.behavior != "allow", (command, explained)
 
 
 ALLOWED_COMMANDS = [

@@ -8,15 +8,18 @@ One package, below the agent loop and above the tools it judges:
 - ``denylist`` — the built-in deny list, on in every mode;
 - ``rules`` — ``allow``/``ask``/``deny`` rules (``bash(git diff:*)``, ``read_file(src/**)``);
 - ``settings`` — the ``permissions`` section of a settings file;
-- ``permissions`` — the modes and the decision, :class:`PermissionPolicy`.
+- ``self_protection`` — the agent's own settings, hooks, skills and ``.git``, which no
+  call may change outside bypassPermissions;
+- ``permissions`` — the modes and the decision, :class:`PermissionPolicy` (its
+  :meth:`~PermissionPolicy.explain`: the decision and why, without asking anyone).
 
 The names below are the public face: what the loop, the CLI and the settings loader use.
 The submodules stay importable for tests and benchmarks.
 """
 
-from agent_code.policy.permissions import Decision, PermissionMode, PermissionPolicy
+from agent_code.policy.permissions import Decision, Explanation, PermissionMode, PermissionPolicy
 from agent_code.policy.rules import RuleError, RuleSet, parse_rule, subject_of, suggest_rules
 from agent_code.policy.settings import MODES, PermissionSettings, SettingsError, read_permissions
 
-__all__ = ["Decision", "MODES", "PermissionMode", "PermissionPolicy", "PermissionSettings", "RuleError",
+__all__ = ["Decision", "Explanation", "MODES", "PermissionMode", "PermissionPolicy", "PermissionSettings", "RuleError",
            "RuleSet", "SettingsError", "parse_rule", "read_permissions", "subject_of", "suggest_rules"]

@@ -19,11 +19,16 @@ The decision is two pure steps, so each can grow without the other changing:
    retry and tells the user which ``--permission-mode`` would allow it.
 
 :class:`PermissionPolicy` is what the agent loop holds and asks before every call; it
-never looks at tool names. :meth:`PermissionPolicy.check` runs, in order:
+never looks at tool names. :meth:`PermissionPolicy.explain` computes the decision and
+why (an :class:`Explanation`: behaviour, reason, the rule or deny-list entry and the file
+it came from) from steps 1–3; :meth:`PermissionPolicy.check` acts on it with steps 4–5:
 
 1. the **built-in deny list** (``policy/denylist.py``: ``rm -rf /`` in any spelling, mkfs,
    dd to a device, fork bombs, curl | sh …) and the **deny rules** from settings
-   (``policy/rules.py``) — in every mode, bypassPermissions included;
+   (``policy/rules.py``) — in every mode, bypassPermissions included; then, in every mode
+   but bypassPermissions, **self-protection** (``policy/self_protection.py``): a call that
+   would change the agent's settings, hooks, skills or git's config and hooks is refused,
+   and one that may (a write target the policy cannot know) is at least asked;
 2. the **ask** and **allow** rules, which replace the mode table's answer (in plan mode
    only for read calls: plan stays read-only whatever the rules say);
 3. the **mode table** (above);

@@ -462,6 +462,8 @@ class _Shell:
     places: Places
     cwd: Path | None
     dotglob: bool = False
+    cwds: tuple[Path, ...] = ()     # every directory the line may be in (``cd``); () = (cwd,)
+    cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
     judged: dict[tuple[str, str, bool], Any] = field(default_factory=dict)
 
@@ -472,7 +474,21 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     key = (word, str(shell.cwd), shell.dotglob)
     if key in shell.judged:
         return shell.judged[key]
-    verdict = _judge_word(word, shell)
+    verdict: tuple[Severity, str] | None = None
+    if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
+        saved = shell.cwd
+        try:
+            for cwd in (*shell.cwds, *((None,) if shell.cwd_unknown else ())):
+                shell.cwd = cwd
+                found = _judge_word(word, shell)
+                if found is not None and found[0] == "deny":
+                    verdict = found
+                    break
+                verdict = verdict or found
+        finally:
+            shell.cwd = saved
+    else:
+        verdict = _judge_word(word, shell)
     shell.judged[key] = verdict
     return verdict
 
@@ -708,7 +724,9 @@ def _find_deletes_broadly(argv: tuple[str, ...]) -> bool:
 def check_command(analysis: Analysis, places: Places) -> Finding | None:
     """The first write to a protected place that ``analysis`` shows (``deny``), else the
     first one it may hide (``ask``), else None."""
-    shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)))
+    cwds, cwd_unknown = _directories(analysis.commands, places)
+    shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)),
+                   cwds=cwds if len(cwds) > 1 or cwd_unknown else (), cwd_unknown=cwd_unknown)
     maybe: Finding | None = None
 
     def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
@@ -769,28 +787,49 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
                 hit = _NAME_IN_TEXT.search(word) if _CODE_CHARS & set(word) else None
                 if hit is not None and maybe is None:
                     maybe = Finding("ask", PROTECTED_NAMES.get(hit.group(0).casefold(), SKILLS_WHAT), shown)
-        if program in ("cd", "pushd"):
-            shell.cwd = _follow_cd(argv, shell)
-        elif program == "popd":
-            shell.cwd = None
     return maybe
 
 
-def _follow_cd(argv: tuple[str, ...], shell: _Shell) -> Path | None:
-    """The working directory after ``cd``/``pushd`` (None: cannot be known)."""
+MAX_CWDS = 16
+
+
+def _directories(commands: list[Command], places: Places) -> tuple[tuple[Path, ...], bool]:
+    """Every directory a command of the line may run in — the root and where each
+    ``cd``/``pushd`` may lead from any of them — and whether one cannot be known (a ``cd``
+    to ``$DIR``, ``cd -``, ``popd``). Order-free on purpose: subshells, ``&&``/``||`` and
+    the parser's order do not matter, a write is judged from each."""
+    cwds = [places.root]
+    unknown = False
+    for c in commands:
+        if c.wrapper is not None or c.program not in ("cd", "pushd", "popd"):
+            continue
+        if c.program == "popd":
+            unknown = True
+            continue
+        for base in list(cwds):
+            target = _follow_cd(c.argv, base, places.home)
+            if target is None:
+                unknown = True
+            elif target not in cwds:
+                cwds.append(target)
+        if len(cwds) > MAX_CWDS:
+            return tuple(cwds[:MAX_CWDS]), True
+    return tuple(cwds), unknown
+
+
+def _follow_cd(argv: tuple[str, ...], base: Path, home: Path) -> Path | None:
+    """The working directory after ``cd``/``pushd`` from ``base`` (None: cannot be known)."""
     args = [a for a in argv[1:] if not (a.startswith("-") and a != "-")]
     if not args:
-        return shell.places.home
+        return home
     target = args[0]
     if target == "~" or target.startswith("~/"):
-        target = str(shell.places.home) + target[1:]
-    target = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(shell.places.home), target)
+        target = str(home) + target[1:]
+    target = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(home), target)
     if target == "-" or target.startswith("~") or _EXPANSION.search(target) or _GLOB_CHARS & set(target):
         return None
     if not os.path.isabs(target):
-        if shell.cwd is None:
-            return None
-        target = os.path.join(str(shell.cwd), target)
+        target = os.path.join(str(base), target)
     return Path(posixpath.normpath(target))
 
 
