@@ -31,7 +31,7 @@ _WRITING_OPTIONS: dict[str, tuple[str, ...]] = {
     "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"),
     "sort": ("-o", "--output", "--compress-program"),
     "tree": ("-o", "-R"),
-    "rg": ("--pre",),
+    "rg": ("--pre", "--hostname-bin"),
     "file": ("-C", "--compile"),
     "date": ("-s", "--set"),
     "git": ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--exec"),
@@ -60,16 +60,42 @@ def _is_operator(token: str) -> bool:
 
 
 def _option_hits(args: list[str], options: tuple[str, ...]) -> str | None:
-    """The first of ``args`` that is (or starts with ``--opt=``, or for a one-letter option
-    is bundled as) one of ``options``."""
+    """The first of ``args`` that spells one of ``options``.
+
+    A ``--long`` option is hit by any unambiguous-looking abbreviation as well (``--out=x``
+    for ``--output``: GNU getopt and git's parse-options both accept one), a one-letter
+    option wherever it appears in a bundle of flags (``-nO``, ``-Ovim``: the letter after
+    other letters, its value attached or not); other options (``find -exec``) only exactly."""
     for arg in args:
+        if arg == "--":
+            break  # what follows is operands (paths), never options
         for opt in options:
-            if arg == opt or (opt.startswith("--") and arg.startswith(opt + "=")):
+            if arg == opt:
                 return arg
-            if (len(opt) == 2 and opt[0] == "-" and arg.startswith("-") and not arg.startswith("--")
-                    and opt[1] in arg[1:] and arg[1:].isalpha()):
-                return arg
+            if opt.startswith("--") and arg.startswith("--") and len(arg) > 2:
+                name = arg[2:].split("=", 1)[0]
+                if name and opt[2:].startswith(name):
+                    return arg
+            elif len(opt) == 2 and opt[0] == "-" and arg.startswith("-") and not arg.startswith("--"):
+                at = arg.find(opt[1], 1)
+                if at > 0 and arg[1:at].isalpha() or at == 1:
+                    return arg
     return None
+
+
+# per git subcommand: options that write, edit, verify with gpg or reach a remote
+_GIT_WRITING: dict[str, tuple[str, ...]] = {
+    "branch": ("-d", "-D", "-m", "-M", "-c", "-C", "-f", "-u", "-t", "--delete", "--move", "--copy", "--force",
+               "--set-upstream-to", "--unset-upstream", "--edit-description", "--track", "--no-track",
+               "--create-reflog", "--recurse-submodules"),
+    "tag": ("-a", "-s", "-u", "-f", "-d", "-m", "-F", "-e", "-v", "--annotate", "--sign", "--local-user",
+            "--force", "--delete", "--message", "--file", "--edit", "--create-reflog", "--verify", "--cleanup"),
+    "config": ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section",
+               "-e", "--edit"),
+    "describe": ("--dirty", "--broken"),  # they refresh (and may write) the index
+}
+_GIT_CONFIG_READS = ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--get-color", "--get-colorbool",
+                     "--list", "-l")
 
 
 def _git_problem(args: list[str]) -> str | None:
@@ -86,22 +112,31 @@ def _git_problem(args: list[str]) -> str | None:
     sub, rest = args[i], args[i + 1:]
     if sub not in GIT_READ_ONLY:
         return f"git {sub} can change the repository"
+    if _option_hits(rest, ("--help",)):
+        return f"git {sub} --help starts a manual viewer or browser that git's config can name"
+    hit = _option_hits(rest, _GIT_WRITING.get(sub, ()))
+    if hit is not None:
+        return f"git {sub} {hit}: with this option git {sub} changes the repository or runs a program"
     positional = [a for a in rest if not a.startswith("-")]
     if sub in ("branch", "tag") and positional and not ({"-l", "--list"} & set(rest)):
         return f"git {sub} with a name creates or changes one"
-    if sub in ("branch", "tag") and _option_hits(rest, ("-d", "-D", "-m", "-M", "-c", "-C", "-f", "-u", "--delete",
-                                                        "--move", "--copy", "--force", "--set-upstream-to",
-                                                        "--unset-upstream", "--edit-description")):
-        return f"git {sub} with these options changes the repository"
-    if sub == "stash" and positional[:1] not in ([], ["list"], ["show"]):
-        return "only git stash list/show are read-only"
-    if sub == "stash" and not positional:
-        return "git stash (push) changes the working tree"
-    if sub == "remote" and positional[:1] not in ([], ["show"], ["get-url"]):
-        return "only git remote, remote -v, show and get-url are read-only"
-    if sub == "reflog" and positional[:1] not in ([], ["show"]):
-        return "only git reflog (show) is read-only"
-    if sub == "config" and not ({"--get", "--get-all", "--get-regexp", "--list", "-l"} & set(rest)):
+    if sub == "stash":  # `git stash -m x show` or `git stash -- list` is a push
+        if not rest:
+            return "git stash (push) changes the working tree"
+        if rest[0] not in ("list", "show"):
+            return "only git stash list/show are read-only (any other git stash pushes or changes stashes)"
+    if sub == "remote":
+        lead = 0
+        while lead < len(rest) and rest[lead] in ("-v", "--verbose"):
+            lead += 1
+        action = rest[lead:lead + 1]
+        if action == ["show"] and "-n" not in rest[lead + 1:]:
+            return "git remote show contacts the remote (git remote show -n does not)"
+        if action not in ([], ["show"], ["get-url"]):
+            return "only git remote, remote -v, show -n and get-url are read-only"
+    if sub == "reflog" and rest and not rest[0].startswith("-") and rest[0] not in ("show", "exists"):
+        return "only git reflog (show) and reflog exists are read-only"
+    if sub == "config" and not _option_hits(rest, _GIT_CONFIG_READS):
         return "only git config --get/--list is read-only"
     return None
 

@@ -19,19 +19,34 @@ is kept tidy and bounded:
   killed too: nothing outlives the call.
 * The **exit code** is always reported; a non-zero exit is a normal result (failing
   tests are information), a timeout is an error.
+
+A command allowed only because it is read-only (plan mode: ``ctx.read_only_commands``) runs
+in :func:`read_only_env`: the programs that config and environment can name are neutralised.
+``git`` is a shim (``tools/readonly_git.py``) that overrides every config key of the repository
+that names a program (fsmonitor, textconv, external diff, filters, pagers, hooks, gpg, ssh,
+credential helpers) or refuses to run; git's optional index writes are off, no transport
+protocol is allowed; ``GIT_CONFIG_PARAMETERS``, ``GIT_EXTERNAL_DIFF``, ``GIT_SSH*``, askpass,
+editors, ``BASH_ENV``/``ENV`` and ``RIPGREP_CONFIG_PATH`` are removed. In the other modes a
+command that runs was allowed as a command, and git behaves as the user's own.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import selectors
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Mapping
 
+from agent_code.tools import readonly_git
 from agent_code.tools.base import ToolContext, ToolError, tool
 
 DEFAULT_TIMEOUT_S = 120
@@ -51,6 +66,49 @@ def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
     env.setdefault("LANG", "C.UTF-8")
     env.update(TERM="dumb", PAGER="cat", GIT_PAGER="cat", GIT_TERMINAL_PROMPT="0",
                PYTHONUNBUFFERED="1")
+    return env
+
+
+# removed from a read-only command's environment: each can make a reader run a program
+# (git -c, external diff, ssh, askpass, editors, a script bash sources, rg's config file)
+READ_ONLY_DROPPED = ("GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_EXTERNAL_DIFF", "GIT_SSH",
+                     "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
+                     "EDITOR", "VISUAL", "BASH_ENV", "ENV", "RIPGREP_CONFIG_PATH", "GREP_OPTIONS", "LESSOPEN",
+                     "LESSCLOSE", "GIT_EXEC_PATH", "GIT_TRACE2", "GIT_TRACE2_EVENT", "GIT_TRACE2_PERF")
+_shims: dict[tuple[str, str], Path] = {}
+
+
+def _git_shim(real_git: str) -> Path:
+    """A directory (one per process) holding ``git``: the shim that runs
+    ``tools/readonly_git.py`` with this Python in isolated mode."""
+    key = (sys.executable, real_git)
+    shim = _shims.get(key)
+    if shim is not None and (shim / "git").is_file():
+        return shim
+    shim = Path(tempfile.mkdtemp(prefix="agent-code-git-"))
+    atexit.register(shutil.rmtree, shim, True)
+    script = (f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S "
+              f"{shlex.quote(os.path.abspath(readonly_git.__file__))} \"$@\"\n")
+    (shim / "git").write_text(script)
+    (shim / "git").chmod(0o755)
+    _shims[key] = shim
+    return shim
+
+
+def read_only_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a command allowed only because it is read-only: :func:`scrubbed_env`
+    without what can name a program, with git's executable config neutralised by the shim."""
+    real_git = environ.get(readonly_git.REAL_GIT_VAR)  # already under a shim: keep the real one
+    env = {k: v for k, v in scrubbed_env(environ).items()
+           if k not in READ_ONLY_DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+    env.update(GIT_PAGER="cat", PAGER="cat", MANPAGER="cat", GIT_EDITOR="false", GIT_SEQUENCE_EDITOR="false",
+               GIT_OPTIONAL_LOCKS="0", GIT_ALLOW_PROTOCOL="none", GIT_NO_LAZY_FETCH="1", GIT_TERMINAL_PROMPT="0")
+    real_git = real_git or shutil.which("git", path=env["PATH"])
+    if real_git:
+        shim = _git_shim(os.path.realpath(real_git))
+        env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
+        env["GIT_EXEC_PATH"] = str(shim)  # a git started by git goes through the shim too
+        env[readonly_git.REAL_GIT_VAR] = os.path.realpath(real_git)
     return env
 
 
@@ -168,7 +226,8 @@ def bash(
     if not 1 <= timeout <= MAX_TIMEOUT_S:
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds, got {timeout}")
     try:
-        output, status = run_command(command, ctx.root, timeout, scrubbed_env(os.environ))
+        env = read_only_env(os.environ) if ctx.read_only_commands else scrubbed_env(os.environ)
+        output, status = run_command(command, ctx.root, timeout, env)
     except OSError as exc:
         raise ToolError(f"cannot run bash: {exc.strerror or exc}") from None
     body = output.rstrip("\n") or "(no output)"
