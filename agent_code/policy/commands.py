@@ -180,8 +180,12 @@ def shell_script(argv: tuple[str, ...]) -> tuple[str | None, bool]:
 
 
 def _fill_positional(script: str, args: tuple[str, ...]) -> str:
-    """``bash -c 'rm -rf "$1"' _ /``: put the arguments where the script uses them."""
-    quoted = [f'"{a}"' if ("$" in a or "`" in a) and '"' not in a else shlex.quote(a) for a in args]
+    """``bash -c 'rm -rf "$1"' _ /``: put the arguments where the script uses them. A
+    value goes in as written (an unquoted ``$1`` word-splits in bash: ``bash -c '$0'
+    'rm -rf /'`` runs rm), unless it holds quotes, which would change the script's
+    quoting: then it goes in quoted (or, holding an expansion, double-quoted)."""
+    quoted = [a if not re.search(r"[\"']", a) else
+              f'"{a}"' if ("$" in a or "`" in a) and '"' not in a else shlex.quote(a) for a in args]
 
     def value(m: re.Match[str]) -> str:
         key = m.group(1) or m.group(2)

@@ -338,6 +338,17 @@ def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
+def _sync_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
+    """``rsync --delete SRC /``: deletes whatever in the destination is not in the source."""
+    if inv.program != "rsync" or not any(n.startswith(("--delete", "--del", "--remove-source-files"))
+                                         for n, _ in inv.flags):
+        return None
+    shape = normalize(_patterns(c), paths=False)
+    if shape.operands and possibly_protected(shape.operands[-1], home):
+        return f"rsync --delete into {_word(c, shape.operands[-1])}" + _may(shape.operands[-1])
+    return None
+
+
 def _find_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program != "find":
         return None
@@ -363,7 +374,9 @@ def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | Non
         return None
     shape = normalize(_patterns(c), paths=False)
     recursive = inv.has_flag("-R") or inv.has_flag("-r") and inv.program != "chmod"
-    paths = shape.operands[1:] if inv.program in ("chmod", "chown", "chgrp", "chattr") else shape.operands
+    mode_as_flag = inv.program == "chmod" and any(re.fullmatch(r"-[rwxXst]", n) for n, _ in inv.flags)
+    takes_first = inv.program in ("chmod", "chown", "chgrp", "chattr") and not mode_as_flag
+    paths = shape.operands[1:] if takes_first else shape.operands
     if recursive or any(_splits(op) for op in paths):
         target = next((op for op in paths if possibly_protected(op, home)), None)
         if target is not None:
@@ -444,6 +457,9 @@ def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program in ("tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard") and any(
             _maybe_device(w, p) for w, p in operands):
         return f"writing to the device {next(w for w, p in operands if _maybe_device(w, p))}"
+    written = next((f for f in _written_files(c, inv) if _is_device(f)), None)
+    if written is not None and inv.program not in ("rm", "unlink", "mv"):
+        return f"writing to the device {written}"
     if inv.program in ("cp", "mv", "install", "rsync", "ddrescue", "cat", "pv") and operands and \
             inv.program not in ("cat", "pv") and _maybe_device(*operands[-1]):
         return f"writing to the device {operands[-1][0]}"
@@ -477,10 +493,24 @@ def _written_files(c: Command, inv: Invocation) -> list[str]:
         out += operands[1:]
     elif inv.program == "patch":
         out += operands[:1]
+    for k, word in enumerate(c.argv[1:], 1):  # -o FILE / --output=FILE (sort, gcc, curl, tar -f …)
+        if word in ("-o", "--output", "--output-file", "-O", "--output-document") and k + 1 < len(c.argv):
+            out.append(c.argv[k + 1])
+        elif word.startswith(("--output=", "--output-file=", "--output-document=", "--file=")):
+            out.append(word.split("=", 1)[1])
+        elif word.startswith("-o") and len(word) > 2 and inv.program in ("sort", "gcc", "cc", "clang", "ld"):
+            out.append(word[2:])
+    if inv.program == "tar" and len(c.argv) > 1 and re.search(r"[cru]", c.argv[1].lstrip("-").split("f")[0] + (
+            c.argv[1] if not c.argv[1].startswith("-") else "")):
+        for k, word in enumerate(c.argv[1:], 1):
+            if (word in ("-f", "--file") or (not word.startswith("--") and word.endswith("f"))) and k + 1 < len(c.argv):
+                out.append(c.argv[k + 1])
     return out
 
 
 def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
+    if c.patterns:  # operands as the deny list sees them (after a cd, rebased)
+        inv = normalize(tuple(_unescape(p) for p in c.patterns))
     for path in _written_files(c, inv):
         if _system_path(path):
             return f"writing or removing the system file {path}"
@@ -547,6 +577,7 @@ CommandCheck = Callable[[Command, Invocation, "str | None"], "str | None"]
 COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("rm-protected", _rm_protected),
     ("find-delete", _find_delete),
+    ("rm-protected", _sync_delete),
     ("chmod-protected", _chmod_protected),
     ("move-protected", _move_protected),
     ("format-disk", _format_disk),
@@ -594,12 +625,50 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     download = _download_to_shell(analysis)
     if download is not None:
         yield download
+    bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
         inv = normalize(command.argv)
         for rule, check in COMMAND_CHECKS:
             reason = check(command, inv, home)
+            for base in bases:
+                if reason is None:
+                    moved = _rebased(command, base)
+                    reason = check(moved, inv, home) if moved is not None else None
+                    if reason is not None:
+                        reason += f" (after cd {_unescape(base)})"
             if reason is not None:
                 yield Hit(rule, reason, _shown(command))
+
+
+def _directories_changed_to(analysis: Analysis, home: str | None) -> list[str]:
+    """Patterns of the directories a ``cd``/``pushd`` in the line may move to, when one of
+    them may be protected: relative paths after it are judged from there too
+    (``cd / && rm -rf *``)."""
+    bases: list[str] = []
+    for c in analysis.commands:
+        if c.program not in ("cd", "pushd"):
+            continue
+        shape = [p for a, p in zip(c.argv[1:], _patterns(c)[1:]) if not a.startswith("-") or a == "-"]
+        target = shape[0] if shape else "~"
+        target = UNKNOWN_QUOTED if target == "-" else target
+        if possibly_protected(target, home) and target not in bases:
+            bases.append(target)
+    return bases
+
+
+def _rebased(c: Command, base: str) -> Command | None:
+    """``c`` with its relative operands put under ``base``."""
+    shapes = list(_patterns(c))
+    changed = False
+    for k in range(1, len(shapes)):
+        p = shapes[k]
+        if p.startswith(("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)) or "=" in p:
+            continue
+        shapes[k] = base.rstrip("/") + "/" + p
+        changed = True
+    if not changed:
+        return None
+    return Command(c.argv, c.redirects, c.wrapper, c.privileged, c.sub_programs, tuple(shapes))
 
 
 def first_hit(analysis: Analysis, home: str | None = None) -> Hit | None:

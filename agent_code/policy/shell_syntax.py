@@ -474,6 +474,11 @@ class _Reader:
         kind = node.type
         raw = self.text(node)
         if kind in EXPANSIONS:
+            folded = self._echoed(node) if kind == "command_substitution" else None
+            if folded is not None and (quoted or not re.search(r"\s", folded)):
+                texts.append(folded)  # `$(echo rm -rf /)`: its output is known
+                pattern.append(escape(folded) if quoted else folded)
+                return
             texts.append(raw)
             pattern.append(UNKNOWN_QUOTED if quoted else UNKNOWN)
         elif kind == "word" and not quoted:
@@ -550,6 +555,25 @@ class _Reader:
         else:
             texts.append(raw)
             pattern.append(escape(raw) if quoted else raw)
+
+
+    def _echoed(self, node: Node) -> str | None:
+        """The output of ``$(echo WORDS)`` when the words are literal (else None)."""
+        commands = [c for c in node.named_children if c.type != "comment"]
+        if len(commands) != 1 or commands[0].type != "command":
+            return None
+        command = commands[0]
+        name = command.child_by_field_name("name")
+        if name is None or self.text(name) != "echo":
+            return None
+        words = [self.word(c) for c in command.named_children if c.type != "command_name"]
+        if any(w.dynamic or w.subs or c.type.endswith("redirect") or c.type == "variable_assignment"
+               for w, c in zip(words, [c for c in command.named_children if c.type != "command_name"])):
+            return None
+        texts = [w.text for w in words]
+        while texts and texts[0] in ("-n", "-e", "-E", "-ne", "-en"):
+            texts.pop(0)
+        return " ".join(texts)
 
 
 def _hidden(text: str) -> list[Script]:
