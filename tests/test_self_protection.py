@@ -271,6 +271,16 @@ DENIED_COMMANDS = [
     "cd .git/hooks; cp /tmp/x pre-commit",
     "pushd .agent; touch settings.local.json",
     "cd src && echo x > ../.agent/settings.json",
+    "f() { echo x > .agent/settings.json; }; f",
+    "tee >(cat > .git/config) < /dev/null",
+    "cat <(echo x) > .agent/settings.json",
+    "ed -s .agent/settings.json <<< $'1d\nw'",
+    "sponge .agent/settings.json < /tmp/x",
+    "git init --template=/tmp/evil-template",
+    "mv . ../old-project",
+    "ln -s /tmp/evil-conf .agent",
+    "mkdir .agent",
+    "echo x > /proc/self/cwd/.agent/settings.json",
 ]
 
 
@@ -302,6 +312,9 @@ MAYBE_COMMANDS = [
     "python3 -c \"open('.agent/settings.json', 'w').write('{}')\"",
     "sed 's/a/b/w .agent/settings.json' src/app.py",
     "awk '{print > \".git/config\"}' src/app.py",
+    "sed -Ei s/a/b/ \"$F\"",
+    "curl -o \"$OUT\" https://example.com/x",
+    "wget -O $OUT https://example.com/x",
 ]
 
 
@@ -345,6 +358,20 @@ ALLOWED_COMMANDS = [
 def test_ordinary_commands_stay_allowed(project, home, command):
     explained = policy("acceptEdits", project, home, allow=("bash",)).explain(BASH, {"command": command})
     assert explained.behavior == "allow", (command, explained)
+
+
+def test_copying_a_tree_that_holds_protected_names_into_the_project(project, home, tmp_path):
+    evil = tmp_path / "evil"
+    (evil / ".git" / "hooks").mkdir(parents=True)
+    (evil / ".agent").mkdir()
+    clean = tmp_path / "clean"
+    (clean / "lib").mkdir(parents=True)
+    p = policy("acceptEdits", project, home, allow=("bash",))
+    for command in (f"cp -r {evil}/. .", f"rsync -a {evil}/ ./", f"cp -a {evil}/. {project}", f"cd src && cp -r {evil}/. .."):
+        assert p.explain(BASH, {"command": command}).behavior == "deny", command
+    for command in (f"cp -r {clean}/. .", f"rsync -a {clean}/ ./", f"cp -r {evil} /tmp/elsewhere"):
+        assert p.explain(BASH, {"command": command}).behavior == "allow", command
+    assert p.explain(BASH, {"command": "cp -r \"$SRC\"/. ."}).behavior == "ask"
 
 
 def test_the_finding_names_the_place_and_the_command(project, home):

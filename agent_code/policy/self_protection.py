@@ -610,7 +610,7 @@ def _write_targets(argv: tuple[str, ...]) -> list[str]:
     """The files a known writer writes (see the module doc)."""
     program = program_name(argv[0]) if argv else ""
     if not (program in _WRITERS or program in ("sed", "gsed", "perl", "dd")):
-        return []
+        return _output_options(argv)
     inv = normalize(argv)
     operands = list(inv.operands)
     values = [v for n, v in inv.flags if v is not None]
@@ -630,13 +630,80 @@ def _write_targets(argv: tuple[str, ...]) -> list[str]:
         if program in ("ln", "link") and len(operands) >= 2:
             targets.extend(operands[1:])
         return targets
-    if program in ("sed", "gsed", "perl") and any(
-            w == "-i" or w.startswith("-i") or w.startswith("--in-place") or (w.startswith("-") and not
-            w.startswith("--") and "i" in w[1:] and program == "perl") for w in argv[1:]):
+    if program in ("sed", "gsed", "perl") and _in_place(argv):
         return operands
     if program == "dd":
         return [w[3:] for w in argv[1:] if w.startswith("of=")]
     return []
+
+
+def _in_place(argv: tuple[str, ...]) -> bool:
+    """``sed -i``, ``sed -Ei.bak``, ``sed --in-place``, ``perl -pi -e``."""
+    for w in argv[1:]:
+        if w.startswith("--in-place"):
+            return True
+        if w.startswith("-") and not w.startswith("--") and "i" in w[1:].split(".", 1)[0]:
+            return True
+    return False
+
+
+def _output_options(argv: tuple[str, ...]) -> list[str]:
+    """Files named by an output option of any program (``-o FILE``, ``--output=FILE``,
+    ``wget -O FILE``): written, whatever the program."""
+    out: list[str] = []
+    for k, w in enumerate(argv[1:], start=1):
+        if w in ("-o", "--output", "--output-document", "-O") and k + 1 < len(argv):
+            if w != "-O" or program_name(argv[0]) == "wget":
+                out.append(argv[k + 1])
+        elif w.startswith(("--output=", "--output-document=")):
+            out.append(w.split("=", 1)[1])
+    return out
+
+
+def _tree_copy(argv: tuple[str, ...], shell: "_Shell") -> Finding | None:
+    """``cp -r SRC DEST``, ``rsync -a SRC/ DEST``, ``mv SRC DEST`` of a directory that holds
+    a protected name (``SRC/.git``, ``SRC/.agent``) into the project or the home directory:
+    it writes those places without naming them. ``mv`` of the project itself (or a
+    directory above it) is refused too: a new one could be put in its place."""
+    program = program_name(argv[0])
+    if program not in ("cp", "rsync", "mv", "ditto"):
+        return None
+    inv = normalize(argv)
+    flags = {n for n, _ in inv.flags}
+    recursive = program in ("mv", "ditto") or bool(flags & {"-r", "-a", "-R", "--recursive", "--archive"})
+    operands = list(inv.operands)
+    if not recursive or len(operands) < 2:
+        return None
+    places = shell.places
+    shown = " ".join(argv)[:200]
+    dest = operands[-1]
+    sources = operands[:-1]
+    if program == "mv":
+        for src in sources:
+            if _EXPANSION.search(src) or _GLOB_CHARS & set(src):
+                continue
+            real = os.path.realpath(os.path.join(str(shell.cwd or places.root), src))
+            for anchor in (places.root, places.home):
+                if str(anchor) == real or str(anchor).startswith(real.rstrip("/") + "/"):
+                    return Finding("deny", "the project or home directory that holds the agent's settings", shown)
+        return None
+    if _EXPANSION.search(dest):
+        return None
+    dest_real = os.path.realpath(os.path.join(str(shell.cwd or places.root), dest))
+    if dest_real not in (os.path.realpath(places.root), os.path.realpath(places.home)):
+        return None
+    for src in sources:
+        if _EXPANSION.search(src):
+            return Finding("ask", "a protected place the copied tree may hold", shown)
+        base = os.path.join(str(shell.cwd or places.root), src.rstrip("*").rstrip("/") or "/")
+        try:
+            names = os.listdir(base) if os.path.isdir(base) else []
+        except OSError:
+            names = []
+        hit = next((n for n in names if n.casefold() in PROTECTED_NAMES or n.casefold() == SKILLS_PARENT), None)
+        if hit is not None:
+            return Finding("deny", PROTECTED_NAMES.get(hit.casefold(), SKILLS_WHAT), f"{shown} (it holds {hit})")
+    return None
 
 
 def _git_config_writes(argv: tuple[str, ...]) -> str | None:
@@ -678,6 +745,18 @@ def _git_config_writes(argv: tuple[str, ...]) -> str | None:
     if not writes:
         return None
     return file or ""
+
+
+def _git_template_init(argv: tuple[str, ...], text: str) -> bool:
+    """``git init --template=DIR`` (or with ``GIT_TEMPLATE_DIR``/``init.templateDir``): in an
+    existing repository it installs the template's hooks."""
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+    if i >= len(argv) or argv[i] != "init":
+        return False
+    return (any(w.startswith("--template") for w in argv[i + 1:])
+            or bool(re.search(r"(?i)GIT_TEMPLATE_DIR|init\.templatedir", text)))
 
 
 def _is_reader(argv: tuple[str, ...]) -> bool:
@@ -763,6 +842,17 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         if program == "git" and _git_config_writes(argv) == "":
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
                            shown)
+        copied = None
+        for cwd in shell.cwds or (shell.cwd,):
+            found_copy = _tree_copy(argv, _Shell(places, cwd))
+            if found_copy is not None and (copied is None or found_copy.severity == "deny"):
+                copied = found_copy
+        if copied is not None:
+            if copied.severity == "deny":
+                return copied
+            maybe = maybe or copied
+        if program == "git" and _git_template_init(argv, analysis.text):
+            return Finding("deny", "git's hooks (.git/hooks), which git init copies from a template", shown)
         targets = _write_targets(argv)
         writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
                   or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
