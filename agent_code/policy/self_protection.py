@@ -44,13 +44,18 @@ in a protected directory is a write into it; so is removing or renaming one (``m
 literally — the tools expand nothing.
 
 **Shell commands** are judged on :func:`commands.analyze`'s view of them (every command
-at any depth, wrappers unwrapped), in the order they run, following ``cd``/``pushd``:
+at any depth, wrappers unwrapped). A relative path is judged from every directory the line
+may be in — the project and wherever each ``cd``/``pushd`` leads from any of them — so
+neither subshells nor the order of ``&&``/``||`` lists matter:
 
 * a write redirection (``>``, ``>>``, ``&>``, ``<>`` …) whose target is protected, the
   files a known writer writes (``tee``, ``cp``/``install``/``rsync``/``ln`` destinations and
   ``-t DIR``, every operand of ``mv``, ``rm``, ``touch``, ``truncate``, ``chmod`` …,
-  ``sed -i``/``perl -i`` files, ``dd of=``), and ``git config`` that sets something (it
-  writes ``.git/config`` or ``~/.gitconfig``) — **deny**;
+  ``sed -i``/``perl -i`` files, ``dd of=``, any program's ``-o``/``--output`` file),
+  ``git config`` that sets something (it writes ``.git/config`` or ``~/.gitconfig``),
+  ``git init --template`` (it installs hooks), a recursive ``cp``/``rsync`` into the
+  project or home of a tree that holds ``.git``/``.agent``/``.agents``, and ``mv`` of the
+  project itself or a directory above it — **deny**;
 * any other command that names a protected path as an argument (``tar -C .git -x``,
   ``git checkout old -- .agent/settings.json``, ``env -C .agent …``) unless it only reads
   (``cat``, ``ls``, ``grep``, ``git diff`` …) — **deny**;
