@@ -30,6 +30,7 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            escape, parse)
@@ -108,7 +109,7 @@ class Command:
     sub_programs: frozenset[str] = frozenset()
     patterns: tuple[str, ...] = ()  # argv as the shell may expand it (shell_syntax.Word.pattern); () as argv
 
-    @property
+    @cached_property
     def program(self) -> str:
         return program_name(self.argv[0]) if self.argv else ""
 
@@ -129,6 +130,8 @@ class Analysis:
 
 def program_name(word: str) -> str:
     """``/usr/bin/rm`` → ``rm``; ``\\rm`` is already ``rm`` after quote removal."""
+    if "/" not in word:
+        return word
     return posixpath.basename(word.rstrip("/")) or word
 
 
@@ -310,13 +313,6 @@ def _split(text: str) -> list[str]:
         return text.split()
 
 
-def _programs(scripts: tuple[Script, ...], depth: int) -> frozenset[str]:
-    inner = Analysis("")
-    for script in scripts:
-        _walk_script(script, depth, inner)
-    return frozenset(c.program for c in inner.commands)
-
-
 def _walk(text: str, depth: int, out: Analysis) -> None:
     """Analyse a script given as text (the line itself, a ``bash -c`` script …)."""
     if depth > MAX_DEPTH:
@@ -379,11 +375,14 @@ def _stdin_shell_in(script: Script) -> bool:
 
 def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth: int,
             out: Analysis) -> Command | None:
-    words = list(stage.words) + [target for _, target in stage.redirects]
-    subs = tuple(sub for w in words for sub in w.subs)
-    sub_programs = _programs(subs, depth + 1) if subs else frozenset()
-    for sub in subs:
-        _walk_script(sub, depth + 1, out)
+    subs = [sub for w in stage.words if w.subs for sub in w.subs]
+    subs += [sub for _, target in stage.redirects if target.subs for sub in target.subs]
+    sub_programs: frozenset[str] = frozenset()
+    if subs:
+        before = len(out.commands)
+        for sub in subs:
+            _walk_script(sub, depth + 1, out)
+        sub_programs = frozenset(c.program for c in out.commands[before:])
     redirects = tuple((op, target.text) for op, target in stage.redirects)
     patterns = tuple(w.shape for w in stage.words)
     leaf = _expand_argv(stage.argv, redirects, sub_programs, depth, out, patterns, previous)
@@ -566,12 +565,13 @@ _BRACED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def normalize_path(word: str) -> str:
     """A path operand in a canonical spelling: ``//`` → ``/``, ``/tmp/../`` → ``/``,
     ``~/`` → ``~``, ``${HOME}/.`` → ``$HOME``; other words unchanged."""
-    text = _BRACED_VAR.sub(r"$\1", word)
+    text = _BRACED_VAR.sub(r"$\1", word) if "${" in word else word
     if not ("/" in text or text in (".", "..") or text.startswith(("~", "$"))):
         return text
-    text = re.sub(r"^/+", "/", text)
+    if text.startswith("//"):
+        text = "/" + text.lstrip("/")
     normalized = posixpath.normpath(text)
-    return re.sub(r"^/+", "/", normalized)
+    return "/" + normalized.lstrip("/") if normalized.startswith("//") else normalized
 
 
 def normalize(argv: tuple[str, ...] | list[str], paths: bool = True) -> Invocation:

@@ -133,6 +133,8 @@ def is_protected(word: str, home: str | None = None) -> bool:
 
 
 def _unescape(pattern: str) -> str:
+    if "\\" not in pattern:
+        return pattern
     return re.sub(r"\\(.)", r"\1", pattern, flags=re.DOTALL)
 
 
@@ -467,8 +469,10 @@ def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
 
 
 def _system_path(path: str) -> bool:
+    if "/" not in path:
+        return False
     path = normalize_path(path)
-    return path in SYSTEM_FILES or any(path.startswith(t) or path + "/" == t for t in SYSTEM_TREES)
+    return path in SYSTEM_FILES or path.startswith(SYSTEM_TREES) or path + "/" in SYSTEM_TREES
 
 
 def _kernel_path(path: str) -> bool:
@@ -509,7 +513,7 @@ def _written_files(c: Command, inv: Invocation) -> list[str]:
 
 
 def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
-    if c.patterns:  # operands as the deny list sees them (after a cd, rebased)
+    if c.patterns and c.patterns != c.argv:  # operands as the deny list sees them (after a cd, rebased)
         inv = normalize(tuple(_unescape(p) for p in c.patterns))
     for path in _written_files(c, inv):
         if _system_path(path):
@@ -577,7 +581,7 @@ CommandCheck = Callable[[Command, Invocation, "str | None"], "str | None"]
 COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("rm-protected", _rm_protected),
     ("find-delete", _find_delete),
-    ("rm-protected", _sync_delete),
+    ("sync-delete", _sync_delete),
     ("chmod-protected", _chmod_protected),
     ("move-protected", _move_protected),
     ("format-disk", _format_disk),
@@ -586,7 +590,7 @@ COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("kernel", _kernel),
     ("system-file", _system_file),
 )
-RULE_IDS = tuple(rule for rule, _ in COMMAND_CHECKS) + ("fork-bomb", "download-to-shell", "too-deep")
+RULE_IDS = tuple(dict.fromkeys(rule for rule, _ in COMMAND_CHECKS)) + ("fork-bomb", "download-to-shell", "too-deep")
 
 
 def _reads_stdin_script(c: Command) -> bool:
@@ -615,6 +619,10 @@ def _download_to_shell(analysis: Analysis) -> Hit | None:
     return None
 
 
+def _checks() -> list[tuple[str, CommandCheck, frozenset[str] | None]]:
+    return [(rule, check, _CHECK_PROGRAMS.get(rule)) for rule, check in COMMAND_CHECKS]
+
+
 def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     """Every built-in rule the analysed command line breaks (usually zero or one)."""
     home = home if home is not None else str(Path.home())
@@ -627,17 +635,47 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
         yield download
     bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
+        program = command.program
+        writes = bool(command.redirects) or any(w.startswith(_OUTPUT_PREFIXES) for w in command.argv[1:])
+        checks = [(rule, check) for rule, check, programs in _CHECKS
+                  if (programs is None or program in programs) or (writes and rule in _WRITE_RULES)]
+        if not checks and not FORMATTERS.match(program):
+            continue
+        if FORMATTERS.match(program):
+            checks.append(("format-disk", _format_disk))
         inv = normalize(command.argv)
-        for rule, check in COMMAND_CHECKS:
+        moved = [(base, _rebased(command, base)) for base in bases] if program in _PATH_PROGRAMS else []
+        for rule, check in checks:
             reason = check(command, inv, home)
-            for base in bases:
-                if reason is None:
-                    moved = _rebased(command, base)
-                    reason = check(moved, inv, home) if moved is not None else None
+            for base, rebased in moved:
+                if reason is None and rebased is not None:
+                    reason = check(rebased, inv, home)
                     if reason is not None:
                         reason += f" (after cd {_unescape(base)})"
             if reason is not None:
                 yield Hit(rule, reason, _shown(command))
+
+
+_OUTPUT_PREFIXES = ("-o", "--o", "--file", "of=", "-O")
+_WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
+_PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
+                            "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})
+_CHECK_PROGRAMS: dict[str, frozenset[str] | None] = {
+    "rm-protected": frozenset({"rm"}),
+    "find-delete": frozenset({"find"}),
+    "sync-delete": frozenset({"rsync"}),
+    "chmod-protected": frozenset({"chmod", "chown", "chgrp", "chattr", "setfacl", "chcon"}),
+    "move-protected": frozenset({"mv"}),
+    "format-disk": frozenset(DISK_TOOLS),
+    "write-device": frozenset({"dd", "ddrescue", "dcfldd", "tee", "shred", "truncate", "badblocks", "sponge",
+                               "blkdiscard", "cp", "mv", "install", "rsync", "pv", "tar"}),
+    "power": POWER_PROGRAMS | {"init", "telinit", "systemctl", "loginctl", "service", "kill", "pkill", "killall",
+                               "dbus-send", "gdbus"},
+    "kernel": KERNEL_PROGRAMS | {"modprobe", "sysctl", "swapoff", "umount", "mount", "tee", "dd", "cp", "sponge"},
+    "system-file": WRITERS | {"sed", "perl", "patch", "chmod", "chown", "chgrp", "chattr", "passwd", "userdel",
+                              "usermod", "deluser", "chpasswd", "visudo", "vipw", "groupdel", "tar", "sort", "gcc",
+                              "cc", "clang", "ld"},
+}
 
 
 def _directories_changed_to(analysis: Analysis, home: str | None) -> list[str]:
@@ -673,3 +711,6 @@ def _rebased(c: Command, base: str) -> Command | None:
 
 def first_hit(analysis: Analysis, home: str | None = None) -> Hit | None:
     return next(hits(analysis, home), None)
+
+
+_CHECKS = _checks()

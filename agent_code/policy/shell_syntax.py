@@ -106,9 +106,12 @@ class Script:
     errors: tuple[str, ...] = ()              # syntax errors (tree-sitter ERROR / MISSING nodes)
 
 
+_SPECIAL_RE = re.compile(r"([*?\[\]{},~\\])")
+
+
 def escape(text: str) -> str:
     """``text`` as a pattern that matches only itself."""
-    return "".join("\\" + c if c in _PATTERN_SPECIAL else c for c in text)
+    return _SPECIAL_RE.sub(r"\\\1", text) if _SPECIAL_RE.search(text) else text
 
 
 # --- quoting --------------------------------------------------------------------------
@@ -198,10 +201,13 @@ class _Acc:
 
 
 class _Reader:
-    def __init__(self, source: bytes) -> None:
+    def __init__(self, source: bytes, text: str | None = None) -> None:
         self.src = source
+        self.ascii = text if text is not None and text.isascii() else None  # byte offsets are str offsets
 
     def text(self, node: Node) -> str:
+        if self.ascii is not None:
+            return self.ascii[node.start_byte:node.end_byte]
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
     # -- statements
@@ -446,6 +452,8 @@ class _Reader:
     # -- words
     def substitutions(self, node: Node) -> list[Script]:
         """The scripts of every substitution inside an expression."""
+        if not _HIDDEN_SUBSTITUTION.search(self.text(node)):
+            return []
         out: list[Script] = []
         stack = [node]
         while stack:
@@ -463,6 +471,14 @@ class _Reader:
         return out
 
     def word(self, node: Node) -> Word:
+        kind = node.type
+        if kind == "word" or kind == "number":  # the common case: a plain word
+            raw = self.text(node)
+            if "\\" not in raw:
+                return Word(raw, pattern=raw if _SPECIAL_RE.search(raw) else "")
+        elif kind == "raw_string":
+            raw = self.text(node)
+            return Word(raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:])
         texts: list[str] = []
         pattern: list[str] = []
         self._parts(node, texts, pattern, False)
@@ -614,7 +630,7 @@ def parse(text: str) -> Script:
     substitution opened up, syntax errors listed (see the module doc)."""
     source = text.encode("utf-8", "surrogatepass")
     tree = parser().parse(source)
-    reader = _Reader(source)
+    reader = _Reader(source, text)
     acc = _Acc()
     reader.container(tree.root_node, acc)
     return acc.script(_errors(tree.root_node, source))

@@ -1,0 +1,119 @@
+"""Permission check of a long command line: the policy's cost per bash call.
+
+It builds a realistic ~2 kB command line (pipelines, ``&&`` chains, ``$(…)`` and backtick
+substitutions, arithmetic, quoting of every kind, a loop, a function, a here-document)
+and times, in the same run, on the same line:
+
+* check     — the full policy check of the bash tool (``PermissionPolicy.check`` in
+              bypassPermissions with an allow rule, which parses with tree-sitter, walks
+              every command, runs the built-in deny list and the rules)
+* evaluate  — ``RuleSet.evaluate`` alone (what ``check`` spends on the line)
+* parse     — a bare tree-sitter parse of the line (the floor for any tree-sitter design)
+* shlex     — ``shlex.split`` of the line (a baseline: the cheapest possible tokenizing,
+              which sees none of the structure)
+
+and prints each in ms per check, the ratios against the baselines, and whether the full
+check meets the target of under 2 ms.
+
+Run: .venv/bin/python bench/policy_parse.py [--iterations 2000] [--size 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent_code.policy.permissions import PermissionPolicy  # noqa: E402
+from agent_code.policy.rules import RuleSet  # noqa: E402
+from agent_code.policy.shell_syntax import parser  # noqa: E402
+from agent_code.tools import default_tools  # noqa: E402
+
+TARGET_MS = 2.0
+
+PIECES = [
+    "cd \"$(git rev-parse --show-toplevel)\" && git status --short | grep -v '^??' | wc -l",
+    "for f in $(git diff --name-only HEAD~1 -- 'src/*.py'); do python -m py_compile \"$f\" || echo \"bad: $f\"; done",
+    "find . -name '*.pyc' -not -path './.venv/*' -print0 | xargs -0 rm -f",
+    "export PYTHONPATH=\"$PWD/src:${PYTHONPATH:-}\" BUILD_ID=`date +%s`",
+    "n=$(( $(ls tests | wc -l) + 1 )); echo \"tests: $n\" >> build.log 2>&1",
+    "grep -rn --include='*.py' -e 'TODO' -e 'FIXME' src/ | awk -F: '{print $1}' | sort | uniq -c | sort -rn | head -20",
+    "if [ -f requirements.txt ]; then pip install -q -r requirements.txt; else echo 'no requirements'; fi",
+    "report() { printf '%s\\t%s\\n' \"$1\" \"$(wc -l < \"$1\")\"; }; report setup.py",
+    "case \"$(uname -s)\" in Linux) echo linux;; Darwin) echo mac;; *) echo other;; esac",
+    "diff <(sort a.txt) <(sort b.txt) > diff.txt || true",
+    "tar czf dist/src-$(date +%Y%m%d).tgz --exclude='*.pyc' src/ && ls -la dist/",
+    "python3 - <<'EOF'\nimport json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv}))\nEOF",
+    "sed -i.bak -e 's/old_name/new_name/g' -e \"s/VERSION = .*/VERSION = '$(cat VERSION)'/\" src/app/*.py",
+    "pytest -q -x tests/ -k 'not slow' --maxfail=3 2>&1 | tee pytest.log | tail -n 30",
+    "docker build -t app:${TAG:-dev} . && docker run --rm app:${TAG:-dev} python -c 'print(1)'",
+    "echo $'line one\\nline two' | while read -r line; do echo \">> $line\"; done",
+    "[[ -n \"${CI:-}\" ]] && curl -s -o coverage.json https://ci.example.com/api/coverage || echo 'local run'",
+    "rm -rf build/ dist/ *.egg-info && make -j\"$(nproc)\" all",
+    "git log --since='2 weeks ago' --pretty=format:'%h %an %s' | grep -i fix | head -n 15",
+]
+
+
+def command_line(size: int) -> str:
+    parts: list[str] = []
+    i = 0
+    while len(" && ".join(parts)) < size:
+        parts.append(PIECES[i % len(PIECES)])
+        i += 1
+    return "\n".join(parts)
+
+
+def timed(fn, iterations: int) -> float:
+    """Median seconds per call over ``iterations`` calls, in 10 batches."""
+    batch = max(1, iterations // 10)
+    samples = []
+    for _ in range(10):
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        samples.append((time.perf_counter() - start) / batch)
+    return statistics.median(samples)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--size", type=int, default=2048, help="approximate length of the command line in bytes")
+    args = ap.parse_args()
+
+    line = command_line(args.size)
+    bash = default_tools().get("bash")
+    rules = RuleSet.from_lists(allow=["bash(git:*)", "bash(make:*)"])
+    policy = PermissionPolicy("bypassPermissions", rules=rules)
+    arguments = {"command": line}
+    decision = policy.check(bash, arguments)  # warm up, and show what it decided
+    verdict = rules.evaluate(bash, arguments)
+    source = line.encode()
+    ts = parser()
+
+    check = timed(lambda: policy.check(bash, arguments), args.iterations)
+    evaluate = timed(lambda: rules.evaluate(bash, arguments), args.iterations)
+    parse = timed(lambda: ts.parse(source), args.iterations)
+    split = timed(lambda: shlex.split(line), args.iterations)
+
+    print(f"command line: {len(source)} bytes, {line.count(chr(10)) + 1} lines; "
+          f"decision: {'allow' if decision.allowed else 'refuse'} "
+          f"(verdict {verdict.behavior if verdict else 'none: the mode decides'})")
+    print(f"{'':10} {'ms/check':>9}")
+    for name, seconds in (("check", check), ("evaluate", evaluate), ("parse", parse), ("shlex", split)):
+        print(f"{name:10} {seconds * 1000:9.3f}")
+    print(f"check / bare tree-sitter parse: {check / parse:5.1f}x")
+    print(f"check / shlex.split:            {check / split:5.1f}x")
+    ok = check * 1000 < TARGET_MS
+    print(f"target: policy check < {TARGET_MS} ms for a 2 kB line: {'met' if ok else 'NOT met'} "
+          f"({check * 1000:.3f} ms)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
