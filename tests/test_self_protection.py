@@ -281,6 +281,10 @@ DENIED_COMMANDS = [
     "ln -s /tmp/evil-conf .agent",
     "mkdir .agent",
     "echo x > /proc/self/cwd/.agent/settings.json",
+    "agent-code settings accept -C .",
+    "yes | agent-code settings accept",
+    "python3 -m agent_code settings accept",
+    "script -qc 'agent-code settings accept' /dev/null",
 ]
 
 
@@ -315,6 +319,8 @@ MAYBE_COMMANDS = [
     "sed -Ei s/a/b/ \"$F\"",
     "curl -o \"$OUT\" https://example.com/x",
     "wget -O $OUT https://example.com/x",
+    "yes | script -qc agent-code /dev/null",
+    "tmux new-session -d 'agent-code'",
 ]
 
 
@@ -351,6 +357,7 @@ ALLOWED_COMMANDS = [
     "git config --get core.bare", "git config --list", "cd src && echo x > out.txt", "mkdir -p .agents/other",
     "sed -i s/a/b/ src/app.py", "echo x 2>&1 > /dev/null", "head -n 3 .git/config", "cp -r src /tmp/backup",
     "touch .gitignore", "echo x > .github/x.yml", "cat .gitconfig.example", "stat .agent/settings.json",
+    "agent-code permissions check -- git push", "agent-code settings status",
 ]
 
 

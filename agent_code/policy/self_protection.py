@@ -54,8 +54,10 @@ neither subshells nor the order of ``&&``/``||`` lists matter:
   ``sed -i``/``perl -i`` files, ``dd of=``, any program's ``-o``/``--output`` file),
   ``git config`` that sets something (it writes ``.git/config`` or ``~/.gitconfig``),
   ``git init --template`` (it installs hooks), a recursive ``cp``/``rsync`` into the
-  project or home of a tree that holds ``.git``/``.agent``/``.agents``, and ``mv`` of the
-  project itself or a directory above it — **deny**;
+  project or home of a tree that holds ``.git``/``.agent``/``.agents``, ``mv`` of the
+  project itself or a directory above it, and ``agent-code settings accept`` (the agent
+  accepting its own settings change; agent-code run under ``script``/``tmux``/``expect``,
+  which could answer the REPL's question, is asked) — **deny**;
 * any other command that names a protected path as an argument (``tar -C .git -x``,
   ``git checkout old -- .agent/settings.json``, ``env -C .agent …``) unless it only reads
   (``cat``, ``ls``, ``grep``, ``git diff`` …) — **deny**;
@@ -805,13 +807,37 @@ def _find_deletes_broadly(argv: tuple[str, ...]) -> bool:
                for probe in probes)
 
 
+_ACCEPTS_SETTINGS = re.compile(r"(?is)agent[-_]code\b.*\bsettings\b.*\baccept\b")
+_RUNS_ITSELF = re.compile(r"(?i)agent[-_]code")
+PTY_PROGRAMS = frozenset({"script", "unbuffer", "expect", "socat", "tmux", "screen", "empty", "pty", "ptyrun",
+                          "zpty", "faketty"})
+
+
+def _accepts_settings(analysis: Analysis) -> Finding | None:
+    """The agent accepting its own settings changes: ``agent-code settings accept`` (which
+    writes the trust store in ``~/.agent-code/``), or agent-code run under a program that
+    gives it a terminal (``script``, ``tmux``, ``expect`` …), where its start-up question
+    about changed settings could be answered by the agent."""
+    text = analysis.text
+    if _ACCEPTS_SETTINGS.search(text):
+        return Finding("deny", "the user's acceptance of changed settings (~/.agent-code/trust/)",
+                       "agent-code settings accept")
+    if _RUNS_ITSELF.search(text) and any(c.program in PTY_PROGRAMS for c in analysis.commands):
+        return Finding("ask", "the user's acceptance of changed settings (~/.agent-code/trust/)",
+                       "agent-code under a terminal emulator")
+    return None
+
+
 def check_command(analysis: Analysis, places: Places) -> Finding | None:
     """The first write to a protected place that ``analysis`` shows (``deny``), else the
     first one it may hide (``ask``), else None."""
+    accepting = _accepts_settings(analysis)
+    if accepting is not None and accepting.severity == "deny":
+        return accepting
     cwds, cwd_unknown = _directories(analysis.commands, places)
     shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)),
                    cwds=cwds if len(cwds) > 1 or cwd_unknown else (), cwd_unknown=cwd_unknown)
-    maybe: Finding | None = None
+    maybe: Finding | None = accepting
 
     def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
         nonlocal maybe
