@@ -18,6 +18,14 @@ Shape (a subset of Claude Code's; other top-level keys are ignored)::
       "hooks": {"PreToolUse": [...], "PostToolUse": [...], "Stop": [...]}
     }
 
+Only versions the user trusts take effect (``agent/trust.py``): a file that changed since the
+user last accepted it — whoever changed it: a session of the agent, a process it left
+behind, a checkout, the user's own editor — is asked about at the REPL's start, and in a run
+with a prompt (``-p``, rollouts) the last accepted version is used instead (plus the new
+version's deny and ask rules), with a warning naming the file and how to accept it
+(``agent-code settings accept``). :func:`load_trusted_settings` does that;
+:func:`load_settings` reads the files as they are.
+
 Merging: the ``allow``/``ask``/``deny`` lists and each hook event's list are joined (every
 file's rules count; precedence is by behaviour — deny, then ask, then allow — never by
 file); ``defaultMode`` is the last file's that sets one, and applies only when
@@ -40,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
+from agent_code.agent.trust import TRUST_DIR, Change, Review, SettingsFile, TrustStore, read_version, review
 from agent_code.policy import RuleSet
 from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
 
@@ -68,16 +77,18 @@ class Settings:
     hooks: dict[str, list[HookMatcher]] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)   # the files that were read
     warnings: list[str] = field(default_factory=list)
+    unaccepted: list[str] = field(default_factory=list)  # files whose current version was not used
 
 
 def read_settings_file(path: Path, label: str) -> dict[str, Any] | None:
     """One file's JSON object; None when the file does not exist."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    return parse_settings_text(read_version(path, label), label)
+
+
+def parse_settings_text(text: str | None, label: str) -> dict[str, Any] | None:
+    """A settings file's text as its JSON object (None for None); raises :class:`SettingsError`."""
+    if text is None:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"cannot read {label}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -115,6 +126,144 @@ def load_settings(root: Path, home: Path | None = None) -> Settings:
         if data is not None:
             layers.append((label, data))
     return merge_settings(layers)
+
+
+# --- trusted versions (agent/trust.py) ---------------------------------------------
+
+def trust_store(home: Path | None = None) -> TrustStore:
+    """``~/.agent-code/trust``: the accepted version of each settings file."""
+    return TrustStore(user_dir(home) / TRUST_DIR)
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
+def current_settings(root: Path, home: Path | None = None) -> list[SettingsFile]:
+    """The settings files of ``root`` as they are now, each read once, with its trust key: the
+    resolved home or project root and then the file's place under it as written (a
+    symlinked ``.agent`` or file is still the same settings file)."""
+    home_real, root_real = _real(home or Path.home()), _real(Path(root))
+    out = []
+    for path, label in settings_files(root, home):
+        if label.startswith("~/"):
+            key, group = home_real / label[2:], "user"
+        else:
+            key, group = root_real / label, "project"
+        out.append(SettingsFile(path, label, str(key), group, read_version(path, label)))
+    return out
+
+
+def project_ran_before(root: Path, current_session: Path | None = None) -> bool:
+    """Whether ``root/.agent/sessions`` holds a session, other than ``current_session`` while it
+    holds no more than its header line (a session this start just opened)."""
+    from agent_code.agent.sessions import sessions_dir
+
+    try:
+        logs = list(sessions_dir(root).glob("*.jsonl"))
+    except OSError:
+        return False
+    for log in logs:
+        if current_session is not None and _real(log) == _real(Path(current_session)):
+            try:
+                with log.open("rb") as handle:
+                    handle.readline()
+                    if not handle.readline():
+                        continue
+            except OSError:
+                continue
+        return True
+    return False
+
+
+def review_settings(root: Path, home: Path | None = None, *, current_session: Path | None = None,
+                    record_first_sight: bool = True) -> tuple[Review, dict[str, dict[str, Any] | None]]:
+    """Read and check the settings files, compare them with the trust store (recording first
+    sights) and return the review with each file's parsed current version (by key). Raises
+    :class:`SettingsError` for a file that cannot be used — before anything is recorded."""
+    files = current_settings(root, home)
+    parsed: dict[str, dict[str, Any] | None] = {}
+    for f in files:
+        parsed[f.key] = parse_settings_text(f.text, f.label)
+        if parsed[f.key] is not None:
+            merge_settings([(f.label, parsed[f.key])])  # check rules, mode and hooks now
+    found = review(files, trust_store(home), project_ran_before=project_ran_before(root, current_session),
+                   record_first_sight=record_first_sight)
+    return found, parsed
+
+
+def accept_hint(root: Path) -> str:
+    import shlex
+
+    return (f"if you made it, accept it in a terminal: agent-code settings accept -C {shlex.quote(str(root))} "
+            "(or start the REPL there)")
+
+
+def describe_change(change: Change) -> str:
+    """The headline and the summary of what changed, one line each."""
+    return "\n".join([change.headline() + ":", *(f"  {line}" for line in change.summary())])
+
+
+def restricting_part(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The part of a settings object that can only restrict: its deny and ask rules."""
+    permissions = (data or {}).get("permissions") or {}
+    kept = {k: permissions[k] for k in ("deny", "ask") if permissions.get(k)}
+    return {"permissions": kept} if kept else None
+
+
+def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Callable[[Change], bool] | None = None,
+                          warn: Callable[[str], None] | None = None,
+                          current_session: Path | None = None) -> Settings:
+    """The merged settings of ``root`` in the versions the user trusts (module doc).
+    ``accept`` asks the user about a changed file (the REPL's start; None: nobody can be
+    asked, as in a run with a prompt); ``warn`` gets a message for each file whose current
+    version is not used, and trust-store problems. Raises :class:`SettingsError`."""
+    import sys
+
+    if warn is None:
+        def warn(message: str) -> None:
+            print(f"agent-code: warning: {message}", file=sys.stderr)
+
+    found, parsed = review_settings(root, home, current_session=current_session)
+    for message in found.warnings:
+        warn(message)
+    store = trust_store(home)
+    layers: list[tuple[str, dict[str, Any]]] = []
+    unaccepted = []
+    for f in found.files:
+        data = parsed[f.key]
+        change = found.change_of(f.key)
+        if change is not None and accept is not None and accept(change):
+            try:
+                store.put(f.key, f.text, "accepted")
+            except OSError as exc:
+                warn(f"{f.label} is used in this session, but its acceptance could not be saved in "
+                     f"{store.dir} ({exc.strerror or exc}); you will be asked again")
+            change = None
+        if change is None:
+            if data is not None:
+                layers.append((f.label, data))
+            continue
+        unaccepted.append(f.label)
+        trusted = parse_settings_text(change.trusted_text, f"{f.label} (last accepted version)")
+        if trusted is not None:
+            layers.append((f"{f.label} (last accepted version)", trusted))
+        restricting = restricting_part(data)
+        if restricting is not None:
+            layers.append((f"{f.label} (deny and ask rules of the unaccepted version)", restricting))
+        used = (("the version you last accepted" if trusted is not None else "none of it")
+                + (", plus the new version's deny and ask rules" if restricting else ""))
+        if accept is not None:  # asked, and declined
+            warn(f"{f.label} not accepted: this session uses {used}; you will be asked again at the next start.")
+        else:
+            warn(describe_change(change) + f"\nnot accepted: this run uses {used}. A session of the agent "
+                 "may have made this change; " + accept_hint(root) + ".")
+    settings = merge_settings(layers)
+    settings.unaccepted = unaccepted
+    return settings
 
 
 def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli: bool = False,
@@ -175,12 +324,16 @@ def mode_given_on_command_line(parameter: str = "permission_mode") -> bool:
     return False
 
 
-def apply_cli_settings(agent: Any, root: Path, report: Callable[[str], None] | None = None) -> Settings:
-    """What the CLI does after building its agent: load the settings files of ``root``,
-    print their warnings, and :func:`configure_agent`. Raises :class:`SettingsError`."""
+def apply_cli_settings(agent: Any, root: Path, report: Callable[[str], None] | None = None,
+                       accept: Callable[[Change], bool] | None = None) -> Settings:
+    """What the CLI does after building its agent: load the trusted settings of ``root``
+    (:func:`load_trusted_settings`; ``accept``: the REPL's start-up question, None in a run
+    with a prompt), print their warnings, and :func:`configure_agent`. Raises
+    :class:`SettingsError`."""
     import sys
 
-    settings = load_settings(root)
+    session = getattr(agent, "session", None)
+    settings = load_trusted_settings(root, accept=accept, current_session=getattr(session, "path", None))
     for warning in settings.warnings:
         print(f"agent-code: warning: {warning}", file=sys.stderr)
     configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report)

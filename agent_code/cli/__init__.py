@@ -19,6 +19,8 @@ SUBCOMMANDS: dict[str, str] = {
     "inspect": "agent_code.cli.inspect:main",
     "recover": "agent_code.cli.recover:main",
     "rollout": "agent_code.cli.rollout:main",
+    "permissions": "agent_code.cli.permissions:main",
+    "settings": "agent_code.cli.settings:main",
 }
 # name -> what it does, for ``agent-code --help`` (every dispatched sub-command has a line)
 SUBCOMMAND_SUMMARIES: dict[str, str] = {
@@ -26,12 +28,15 @@ SUBCOMMAND_SUMMARIES: dict[str, str] = {
     "inspect": "show exported training samples (--html: token by token)",
     "recover": "rebuild samples from a trajectory directory's turn logs",
     "rollout": "run a CLI agent on tasks in sandboxes; grade; export samples",
+    "permissions": "check -- COMMAND: allow, ask or deny, and the rule that decided it",
+    "settings": "settings files changed since you accepted them; accept them",
 }
 
 
 def subcommands_help() -> str:
     """The sub-command list ``agent-code --help`` shows, one line each."""
-    lines = [f"  {name:<9} {SUBCOMMAND_SUMMARIES.get(name, '')}".rstrip() for name in SUBCOMMANDS]
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = [f"  {name:<{width}} {SUBCOMMAND_SUMMARIES.get(name, '')}".rstrip() for name in SUBCOMMANDS]
     return "Sub-commands (agent-code COMMAND --help for each):\n\n\b\n" + "\n".join(lines)
 
 

@@ -9,6 +9,10 @@ conversation, rendered as it happens by the CLI's text renderer; lines starting 
 ``/help``, ``/model [NAME]``, ``/compact``, ``/permissions [MODE]``, ``/undo [--force]``,
 ``/exit`` (also ``/quit``, Ctrl-D).
 
+At the start, a settings file that changed since the user last accepted it (a session of
+the agent may have written it) is shown and asked about (:func:`settings_question`; only
+on a terminal); one not accepted is not used (``agent/settings.py``).
+
 Ctrl-C during a turn interrupts that turn (the agent rolls its history back to before the
 prompt, so no ``tool_use`` is left without its result) and returns to the prompt; at the
 prompt it clears the line. Calls the permission mode would ask about (edits and commands
@@ -70,9 +74,9 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("/help", "/help", "show this help", "cmd_help"),
     SlashCommand("/model", "/model [NAME]", "show the model, or switch to NAME", "cmd_model"),
     SlashCommand("/compact", "/compact", "summarize older turns now to free context", "cmd_compact"),
-    SlashCommand("/permissions", "/permissions [MODE]",
-                 "show the mode and rules, or switch mode (default, acceptEdits, plan, bypassPermissions)",
-                 "cmd_permissions"),
+    SlashCommand("/permissions", "/permissions [MODE | check COMMAND]",
+                 "show the mode and rules, switch mode (default, acceptEdits, plan, bypassPermissions), or "
+                 "explain what the policy decides for COMMAND", "cmd_permissions"),
     SlashCommand("/undo", "/undo [--force]", "restore the file the agent changed last (one change per call)",
                  "cmd_undo"),
     SlashCommand("/exit", "/exit", "leave (also /quit, Ctrl-D)", "cmd_exit"),
@@ -217,6 +221,9 @@ class Repl:
 
     def cmd_permissions(self, args: list[str]) -> None:
         policy = self.agent.permissions
+        if args and args[0].lower() == "check":
+            self.check_permission(" ".join(args[1:]))
+            return
         if args:
             mode = MODE_NAMES.get(args[0].lower())
             if mode is None:
@@ -236,6 +243,25 @@ class Repl:
         if policy.pre_tool_use is not None:
             lines.append("  PreToolUse hooks: on")
         self.say("\n".join(lines))
+
+    def check_permission(self, command: str) -> None:
+        """``/permissions check COMMAND``: the session policy's decision for the bash tool
+        running COMMAND, and why — the text of ``agent-code permissions check``; nothing
+        runs and nobody is asked."""
+        from agent_code.cli.permissions import explanation_lines
+
+        if not command.strip():
+            self.say("usage: /permissions check COMMAND (e.g. /permissions check git push --force)")
+            return
+        tools = getattr(self.agent, "tools", None)
+        tool = tools.get("bash") if tools is not None else None
+        if tool is None:
+            from agent_code.tools import default_tools
+
+            tool = default_tools().get("bash")
+        policy = self.agent.permissions
+        explained = policy.explain(tool, {"command": command})
+        self.say("\n".join(explanation_lines(explained, policy.mode.value, "this session")))
 
     def set_mode(self, mode: PermissionMode) -> None:
         if hasattr(self.agent, "set_permission_mode"):
@@ -340,6 +366,37 @@ def edit_preview(tool_name: str, arguments: dict[str, Any], root: Path) -> str:
         after = before.replace(old, new, -1 if arguments.get("replace_all") else 1)
         return unified_diff(before, after, path)
     return ""
+
+
+def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[Any], bool] | None:
+    """The REPL's start-up question about a settings file that changed since the user last
+    accepted it (``agent/trust.py``): shows what changed and asks y/N. None — nobody to ask,
+    so the change is not used and a warning says so — unless stdin and stdout are a terminal:
+    piped input may be a command the agent ran, and must never accept settings."""
+    stdin, out = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        if not (stdin.isatty() and out.isatty()):
+            return None
+    except (AttributeError, ValueError):
+        return None
+
+    def ask(change: Any) -> bool:
+        from agent_code.agent.settings import describe_change
+
+        print(describe_change(change), file=out)
+        print("Settings can loosen permissions and run commands (hooks), and a session of the agent can "
+              "write them: accept only a change you made or want.", file=out, flush=True)
+        while True:
+            out.write(f"accept this version of {change.file.label}? [y/N] ")
+            out.flush()
+            line = stdin.readline()
+            answer = line.strip().lower()
+            if not line or answer in ("", "n", "no"):
+                return False
+            if answer in ("y", "yes"):
+                return True
+
+    return ask
 
 
 def run_repl(agent: Any, history_file: Path | None = None) -> int:

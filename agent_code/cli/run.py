@@ -99,6 +99,7 @@ def run(
     from agent_code.agent.settings import SettingsError, apply_cli_settings
     from agent_code.agent.todos import todos_from_dicts
     from agent_code.cli.render import make_renderer
+    from agent_code.cli.repl import settings_question
     from agent_code.providers import ProviderError, create_provider
     from agent_code.tools import ToolContext, default_tools
 
@@ -156,7 +157,7 @@ def run(
     agent.system_for_mode = lambda mode: system_prompt(root, mode, memory)
     install_agent_tools(agent)
     try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
-        apply_cli_settings(agent, root)
+        apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:
         fail(str(exc))
     if resumed is not None:

@@ -1,0 +1,331 @@
+"""Settings trust: a settings file takes effect only in a version the user accepted.
+
+Settings can loosen everything (``defaultMode: bypassPermissions``, allow rules) and run
+commands (hooks), and the agent — through a command, a process it left running, or an edit
+the policy could not see — can write them. So the version of each settings file that takes
+effect is one the user trusts, kept in a **trust store** outside the project, in the user's
+home: ``~/.agent-code/trust/``, one record per settings file (keyed by its path: the
+resolved project root or home, then ``.agent/settings.local.json`` etc. as written, so a
+swapped-in symlink or a symlinked ``.agent`` is still the same file), holding the digest and a
+copy of the last accepted version (or that the file was absent).
+
+A file version is trusted when
+
+* it is the version the record holds (the user accepted it, or it was there on first sight);
+* the user accepts it: at the REPL's start (which shows what changed), or with
+  ``agent-code settings accept`` — both only on a terminal, never from piped input, since an
+  agent's command has no terminal;
+* **first sight**: the file has no record and nothing shows that a session ran with it
+  before. For the project's files: neither has a record and ``.agent/sessions/`` holds no
+  session but the one starting; for ``~/.agent-code/settings.json``: the store holds no
+  record at all. Every session start records all three files this way, absent ones
+  included, so a file created or changed while a session ran is never first sight, and a
+  deleted record is noticed (its sibling's record, or the project's sessions, remain).
+
+Any other version — changed, created, removed, or unrecorded — needs acceptance, whoever
+made it: the user's own hand edits too (the message says how to accept them). Until then
+the **last accepted version** is used instead (none for a new file), together with the
+unaccepted version's ``deny`` and ``ask`` rules, which can only restrict. What it does not
+stop: an agent that may run any command as the user can write this store (and the user's
+shell start-up files) too; the store guards the settings against changes made through the
+project, not against an agent given the whole account.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_code.policy.settings import SettingsError
+
+TRUST_DIR = "trust"
+MAX_SETTINGS_BYTES = 1 << 20
+ABSENT = "absent"
+
+
+def version_digest(text: str | None) -> str:
+    """``sha256:…`` of a version's bytes; ``absent`` for a missing file."""
+    if text is None:
+        return ABSENT
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_version(path: Path, label: str) -> str | None:
+    """The text of a settings file, read once (its digest and its parse use the same bytes);
+    None when it does not exist. Only a regular file (through symlinks) is read — a FIFO or a
+    device could block the start or change between reads — and at most 1 MiB of it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == 20:  # ENOTDIR: .agent is a file, so there is no settings file in it
+            return None
+        raise SettingsError(f"cannot read {label}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsError(f"{label} is not a regular file")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_SETTINGS_BYTES:
+                raise SettingsError(f"{label} is larger than {MAX_SETTINGS_BYTES // 1024} KiB")
+            chunks.append(chunk)
+    except OSError as exc:
+        raise SettingsError(f"cannot read {label}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SettingsError(f"cannot read {label}: it is not UTF-8 text") from None
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the store holds for one settings file: the last accepted version."""
+
+    key: str
+    digest: str
+    content: str | None      # the accepted text; None: the file was absent (or the record is unreadable)
+    how: str = ""
+    at: str = ""
+    readable: bool = True    # False: a damaged record — evidence that a session ran, trusting nothing
+
+
+class TrustStore:
+    """``~/.agent-code/trust/``: one small JSON record per settings file."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+
+    def _file(self, key: str) -> Path:
+        return self.dir / (hashlib.sha256(key.encode("utf-8")).hexdigest()[:40] + ".json")
+
+    def get(self, key: str) -> Record | None:
+        path = self._file(key)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError):
+            return Record(key, "", None, readable=False)
+        try:
+            data = json.loads(raw)
+            content = data["content"]
+            if (not isinstance(data, dict) or data.get("path") != key
+                    or not (content is None or isinstance(content, str))
+                    or data.get("digest") != version_digest(content)):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            return Record(key, "", None, readable=False)
+        return Record(key, data["digest"], content, str(data.get("how", "")), str(data.get("at", "")))
+
+    def has_any(self) -> bool:
+        try:
+            return any(p.suffix == ".json" for p in self.dir.iterdir())
+        except OSError:
+            return False
+
+    def put(self, key: str, content: str | None, how: str) -> None:
+        """Record ``content`` as the trusted version of ``key``; raises OSError."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        record = {"path": key, "digest": version_digest(content), "content": content, "how": how,
+                  "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".record-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(record, handle, ensure_ascii=False, indent=1)
+                handle.write("\n")
+            os.replace(tmp, self._file(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+@dataclass
+class SettingsFile:
+    """One settings file as this start found it."""
+
+    path: Path
+    label: str
+    key: str                 # the trust store's key
+    group: str               # "user" or "project": first sight is decided per group
+    text: str | None         # the current text; None: absent
+
+    @property
+    def digest(self) -> str:
+        return version_digest(self.text)
+
+
+@dataclass
+class Change:
+    """A settings file whose current version is not the trusted one."""
+
+    file: SettingsFile
+    record: Record | None    # the last accepted version (None: no record)
+    kind: str                # changed, created, removed, unrecorded
+
+    @property
+    def trusted_text(self) -> str | None:
+        return self.record.content if self.record is not None else None
+
+    def headline(self) -> str:
+        label = self.file.label
+        return {
+            "changed": f"{label} changed since you last accepted it",
+            "created": f"{label} is new since you last accepted the settings (it did not exist)",
+            "removed": f"{label} was removed since you last accepted it",
+            "unrecorded": f"{label} has no usable trust record, but a session ran here before (was the file "
+                          "created by one, or the record deleted?)",
+        }[self.kind]
+
+    def summary(self) -> list[str]:
+        """What changed in the keys that matter (see :func:`summarize`)."""
+        return summarize(self.trusted_text, self.file.text)
+
+
+@dataclass
+class Review:
+    files: list[SettingsFile]
+    changes: list[Change] = field(default_factory=list)
+    first_sight: list[str] = field(default_factory=list)   # labels recorded as trusted now
+    warnings: list[str] = field(default_factory=list)
+
+    def change_of(self, key: str) -> Change | None:
+        return next((c for c in self.changes if c.file.key == key), None)
+
+
+def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: bool,
+           record_first_sight: bool = True) -> Review:
+    """Compare each file's current version with its record; record first sights (see the
+    module doc). ``project_ran_before``: the project holds an earlier session."""
+    out = Review(files)
+    records = {f.key: store.get(f.key) for f in files}
+    store_had_records = store.has_any()
+    for group in ("user", "project"):
+        members = [f for f in files if f.group == group]
+        if not members:
+            continue
+        if group == "user":
+            seen_before = store_had_records
+        else:
+            seen_before = project_ran_before or any(records[f.key] is not None for f in members)
+        for f in members:
+            record = records[f.key]
+            if record is None:
+                if seen_before:
+                    if f.text is not None:  # created during a session, or its record was deleted
+                        out.changes.append(Change(f, None, "unrecorded"))
+                    continue  # absent and unrecorded: nothing to load, nothing to ask
+                out.first_sight.append(f.label)
+                if record_first_sight:
+                    try:
+                        store.put(f.key, f.text, "first sight")
+                    except OSError as exc:
+                        if not out.warnings:
+                            out.warnings.append(store_warning(store, exc))
+                continue
+            if record.readable and record.digest == f.digest:
+                continue
+            if not record.readable:
+                if f.text is None:
+                    continue
+                kind = "unrecorded"
+            elif record.content is None:
+                kind = "created"
+            elif f.text is None:
+                kind = "removed"
+            else:
+                kind = "changed"
+            out.changes.append(Change(f, record, kind))
+    return out
+
+
+def store_warning(store: TrustStore, exc: OSError) -> str:
+    return (f"cannot save settings trust records in {store.dir} ({exc.strerror or exc}): a settings "
+            "change made during this session cannot be told from yours next time")
+
+
+# --- what changed -------------------------------------------------------------------
+
+def _parse(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":")) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def summarize(old_text: str | None, new_text: str | None) -> list[str]:
+    """The differences that matter between two versions of a settings file: the
+    ``permissions`` rules and ``defaultMode``, the ``hooks`` (each command added or
+    removed), and which other keys changed. Lines like ``permissions.allow: + bash(curl:*)``."""
+    old, new = _parse(old_text), _parse(new_text)
+    if new_text is not None and new is None:
+        return ["(the new version is not a valid settings file)"]
+    old, new = old or {}, new or {}
+    lines: list[str] = []
+    old_p = old.get("permissions") if isinstance(old.get("permissions"), dict) else {}
+    new_p = new.get("permissions") if isinstance(new.get("permissions"), dict) else {}
+    if old_p.get("defaultMode") != new_p.get("defaultMode"):
+        lines.append(f"permissions.defaultMode: {old_p.get('defaultMode') or '(unset)'} → "
+                     f"{new_p.get('defaultMode') or '(unset)'}")
+    for behavior in ("allow", "ask", "deny"):
+        before = [_short(r) for r in old_p.get(behavior, [])] if isinstance(old_p.get(behavior), list) else []
+        after = [_short(r) for r in new_p.get(behavior, [])] if isinstance(new_p.get(behavior), list) else []
+        lines += [f"permissions.{behavior}: + {r}" for r in after if r not in before]
+        lines += [f"permissions.{behavior}: - {r}" for r in before if r not in after]
+    old_h = old.get("hooks") if isinstance(old.get("hooks"), dict) else {}
+    new_h = new.get("hooks") if isinstance(new.get("hooks"), dict) else {}
+    for event in sorted(set(old_h) | set(new_h)):
+        before = _hook_lines(old_h.get(event))
+        after = _hook_lines(new_h.get(event))
+        lines += [f"hooks.{event}: + {h}" for h in after if h not in before]
+        lines += [f"hooks.{event}: - {h}" for h in before if h not in after]
+    others = sorted({k for k in set(old) | set(new) if k not in ("permissions", "hooks") and old.get(k) != new.get(k)}
+                    | {f"permissions.{k}" for k in set(old_p) | set(new_p)
+                       if k not in ("allow", "ask", "deny", "defaultMode") and old_p.get(k) != new_p.get(k)})
+    if others:
+        lines.append("other keys changed: " + ", ".join(others))
+    if not lines and old_text != new_text:
+        lines.append("(no change to permissions or hooks: layout or formatting only)")
+    return lines
+
+
+def _hook_lines(matchers: Any) -> list[str]:
+    """One line per hook command: ``[matcher] command`` (raw JSON for odd shapes)."""
+    if not isinstance(matchers, list):
+        return [] if matchers is None else [_short(matchers)]
+    out = []
+    for matcher in matchers:
+        hooks = matcher.get("hooks") if isinstance(matcher, dict) else None
+        if not isinstance(hooks, list):
+            out.append(_short(matcher))
+            continue
+        pattern = matcher.get("matcher") or "*"
+        for spec in hooks:
+            command = spec.get("command") if isinstance(spec, dict) else None
+            out.append(f"[{_short(pattern, 40)}] {_short(command if isinstance(command, str) else spec)}")
+    return out

@@ -1,0 +1,588 @@
+"""Settings trust (``agent/trust.py``): a settings file an agent session changed does not
+loosen the next run until the user accepts it on a terminal — the REPL's start-up question
+or ``agent-code settings accept``. Headless runs use the last accepted version (plus the new
+version's deny and ask rules) and warn. Real CLI runs with a scripted model; the terminal is
+a real pty; HOME is a temporary directory.
+
+Each attack is a session (or a process) doing what an agent could: writing
+``.agent/settings.local.json`` with ``defaultMode: bypassPermissions``, an allow rule or a hook
+that leaves a marker file; then the variants: after the session ends from a background
+process, deleting or damaging the trust record, the user-level file, a new project file,
+hooks only, a symlink swap (and a FIFO), back and forth, removing a file with deny rules.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_code.agent.settings import (current_settings, load_trusted_settings, review_settings, trust_store)
+from agent_code.agent.trust import TrustStore, summarize, version_digest
+from conftest import cli_env, run_cli
+
+LOCAL = ".agent/settings.local.json"
+LOOSE = {"permissions": {"defaultMode": "bypassPermissions", "allow": ["bash(touch pwned*)"]}}
+
+
+def hook_spec(event: str, marker: Path) -> dict:
+    return {event: [{"matcher": "", "hooks": [{"type": "command", "command": f"touch {marker}"}]}]}
+
+
+def bash(id_: str, command: str) -> list[dict]:
+    return [{"type": "tool_use", "id": id_, "name": "bash", "input": {"command": command}}]
+
+
+def write_script(path: Path, *turns) -> Path:
+    path.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
+    return path
+
+
+class Box:
+    """A project and a home in ``tmp_path``, and the CLI run against them."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+        self.project = tmp_path / "project"
+        self.home = tmp_path / "home"
+        self.project.mkdir()
+        self.home.mkdir()
+        self.runs = 0
+
+    def env(self) -> dict[str, str]:
+        return cli_env(HOME=str(self.home))
+
+    def run(self, *turns, flags: tuple[str, ...] = (), persist: bool = True):
+        """A headless run (``-p``, stream-json) of a scripted model; (process, events)."""
+        self.runs += 1
+        script = write_script(self.tmp / f"script{self.runs}.jsonl", *turns, [{"type": "text", "text": "done"}])
+        args = ["-p", "--provider", "scripted", "--script", str(script), "-C", str(self.project),
+                "--output-format", "stream-json", *flags, *(() if persist else ("--no-session-persistence",)), "go"]
+        proc = run_cli(*args, env=self.env())
+        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return proc, events
+
+    def session_writes(self, relative: str, data: dict, *, flags=("--permission-mode", "bypassPermissions"),
+                       via: str = "bash"):
+        """An agent session that writes ``data`` to ``relative`` (in the project, or ``~/…``)."""
+        target = relative.replace("~", "$HOME", 1)
+        content = json.dumps(data).replace("'", "'\\''")
+        command = f"mkdir -p \"$(dirname {target})\" && printf '%s' '{content}' > {target}"
+        proc, events = self.run(bash("w1", command), flags=flags)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    def probe(self, *flags: str, persist: bool = True):
+        """The next run: tries ``touch pwned``; (process, its mode, whether the touch ran)."""
+        marker = self.project / "pwned"
+        if marker.exists():
+            marker.unlink()
+        proc, events = self.run(bash("p1", "touch pwned"), flags=flags, persist=persist)
+        assert events and events[0]["type"] == "system", proc.stderr
+        return proc, events[0]["permission_mode"], marker.exists()
+
+
+@pytest.fixture
+def box(tmp_path):
+    return Box(tmp_path)
+
+
+def assert_not_loosened(box: Box, *markers: Path, flags: tuple[str, ...] = (), persist: bool = True) -> str:
+    proc, mode, touched = box.probe(*flags, persist=persist)
+    assert proc.returncode == 0, proc.stderr
+    assert mode == "default" and not touched, proc.stderr
+    for marker in markers:
+        assert not marker.exists(), f"the hook ran: {marker}"
+    return proc.stderr
+
+
+# --- the terminal ---------------------------------------------------------------------
+
+class Terminal:
+    """``agent-code ARGS`` on a real pty (stdin, stdout and stderr); read what it shows, type."""
+
+    def __init__(self, box: Box, *args: str):
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+        env = box.env()
+        env.update(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent_code", *args], stdin=slave, stdout=slave,
+                                     stderr=slave, env=env, cwd=str(box.project), start_new_session=True)
+        os.close(slave)
+        self.master = master
+        self.seen = ""
+
+    def expect(self, needle: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{needle!r} did not appear; the terminal shows:\n{self.seen}")
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk and self.proc.poll() is not None:
+                    raise AssertionError(f"{needle!r} did not appear before the exit; it showed:\n{self.seen}")
+                self.seen += chunk.decode("utf-8", "replace")
+        return self.seen
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self, timeout: float = 30) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+            while select.select([self.master], [], [], 0.2)[0]:  # what it showed before leaving
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.seen += chunk.decode("utf-8", "replace")
+            return code
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            os.close(self.master)
+
+
+def accept_on_terminal(box: Box, answer: str = "y") -> str:
+    term = Terminal(box, "settings", "accept", "-C", str(box.project))
+    try:
+        term.expect("? [y/N]")
+        term.type(answer + "\r")
+        assert term.close() == 0, term.seen
+    except BaseException:
+        term.close(timeout=1)
+        raise
+    return term.seen
+
+
+def repl_start(box: Box, answer: str | None) -> str:
+    """Start the REPL on a terminal, answer its settings question (None: expect none), leave."""
+    term = Terminal(box, "--provider", "scripted", "-C", str(box.project))
+    try:
+        if answer is not None:
+            term.expect("? [y/N]")
+            term.type(answer + "\r")
+        term.expect("] >")
+        term.type("\x04")  # Ctrl-D: leave
+        assert term.close() == 0, term.seen
+    except BaseException:
+        term.close(timeout=1)
+        raise
+    return term.seen
+
+
+# --- 1: a session loosens the settings; the next run does not take them ---------------
+
+@pytest.mark.parametrize("what", ["mode", "allow", "pre-hook", "stop-hook", "all"])
+def test_settings_written_by_a_session_do_not_loosen_the_next_run(box, what):
+    marker = box.tmp / "hook-ran"
+    data: dict = {"permissions": {}}
+    if what in ("mode", "all"):
+        data["permissions"]["defaultMode"] = "bypassPermissions"
+    if what in ("allow", "all"):
+        data["permissions"]["allow"] = ["bash(touch pwned*)"]
+    if what in ("pre-hook", "all"):
+        data["hooks"] = hook_spec("PreToolUse", marker)
+    if what == "stop-hook":
+        data["hooks"] = hook_spec("Stop", marker)
+    box.session_writes(LOCAL, data)
+    assert (box.project / LOCAL).exists() and not marker.exists()
+    stderr = assert_not_loosened(box, marker)
+    assert f"warning: {LOCAL}" in stderr and "agent-code settings accept" in stderr, stderr
+    assert "not accepted" in stderr
+    # it says what changed, so the user can tell whether it was them
+    if what in ("mode", "all"):
+        assert "permissions.defaultMode: (unset) → bypassPermissions" in stderr
+    if what in ("allow", "all"):
+        assert "permissions.allow: + bash(touch pwned*)" in stderr
+    if what in ("pre-hook", "stop-hook", "all"):
+        assert f"touch {marker}" in stderr
+    # and again: a warning is not an acceptance
+    assert "warning" in assert_not_loosened(box, marker)
+
+
+def test_a_session_started_in_acceptedits_writing_with_a_tool_the_policy_cannot_see(box):
+    # the file tools may be refused by the policy; a helper script the agent writes and a
+    # bash allow rule is the same change by another road — the trust store does not care how
+    (box.project / ".agent").mkdir()
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(python3 w.py)"]}}))
+    box.probe()  # first sight of the project: its settings.json is trusted as it is
+    (box.project / "w.py").write_text(
+        "import json\nopen('.agent/settings.json','w').write(json.dumps(" + repr(
+            {"permissions": {"allow": ["bash(python3 w.py)", "bash(touch pwned*)"], "defaultMode": "bypassPermissions"}})
+        + "))\n")
+    proc, events = box.run(bash("w1", "python3 w.py"), flags=("--permission-mode", "acceptEdits"))
+    assert "bypassPermissions" in (box.project / ".agent/settings.json").read_text(), proc.stderr
+    stderr = assert_not_loosened(box)
+    assert ".agent/settings.json changed since you last accepted it" in stderr
+
+
+# --- 2: accepted, it takes effect ------------------------------------------------------
+
+def test_accept_command_on_a_terminal_makes_the_change_take_effect(box):
+    marker = box.tmp / "hook-ran"
+    box.session_writes(LOCAL, {**LOOSE, "hooks": hook_spec("Stop", marker)})
+    assert_not_loosened(box, marker)
+    shown = accept_on_terminal(box, "y")
+    assert "permissions.defaultMode: (unset) → bypassPermissions" in shown and "accepted" in shown
+    proc, mode, touched = box.probe()
+    assert mode == "bypassPermissions" and touched and marker.exists(), proc.stderr
+    assert "warning" not in proc.stderr
+    # what was accepted is that version: the next change is not taken either
+    marker2 = box.tmp / "hook2-ran"
+    box.session_writes(LOCAL, {**LOOSE, "hooks": hook_spec("Stop", marker2)})
+    proc, mode, touched = box.probe()
+    assert mode == "bypassPermissions" and not marker2.exists(), proc.stderr
+    assert f"{LOCAL} changed since you last accepted it" in proc.stderr
+
+
+def test_accept_command_declined_records_nothing(box):
+    box.session_writes(LOCAL, LOOSE)
+    shown = accept_on_terminal(box, "n")
+    assert "not accepted" in shown
+    assert_not_loosened(box)
+
+
+def test_accept_command_refuses_without_a_terminal(box):
+    box.session_writes(LOCAL, LOOSE)
+    # what an agent's bash call would do: piped answers, no terminal
+    proc = run_cli("settings", "accept", "-C", str(box.project), env=box.env(), input="y\ny\ny\n")
+    assert proc.returncode == 1 and "needs a terminal" in proc.stderr
+    assert_not_loosened(box)
+    # and as a command of the session itself
+    proc, events = box.run(bash("a1", f"{sys.executable} -m agent_code settings accept <<< $'y\\ny\\ny'"),
+                           flags=("--permission-mode", "bypassPermissions"))
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert "needs a terminal" in result["content"]
+    assert_not_loosened(box)
+
+
+def test_repl_start_asks_and_an_accepted_change_takes_effect(box):
+    marker = box.tmp / "hook-ran"
+    box.session_writes(LOCAL, {**LOOSE, "hooks": hook_spec("PreToolUse", marker)})
+    shown = repl_start(box, "y")
+    assert f"{LOCAL} is new since you last accepted" in shown and "permissions.allow: + bash(touch pwned*)" in shown
+    assert "[bypassPermissions] >" in shown  # in effect in this session already
+    proc, mode, touched = box.probe()
+    assert mode == "bypassPermissions" and touched and marker.exists() and "warning" not in proc.stderr
+
+
+# --- 3: declined in the REPL -----------------------------------------------------------
+
+def test_repl_start_declined_keeps_the_last_accepted_version(box):
+    (box.project / ".agent").mkdir()
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"defaultMode": "plan"}}))
+    repl_start(box, None)  # first sight: no question, plan mode from the settings
+    box.session_writes(".agent/settings.json", {"permissions": {"defaultMode": "bypassPermissions"}})
+    shown = repl_start(box, "n")
+    assert "permissions.defaultMode: plan → bypassPermissions" in shown
+    assert "not accepted" in shown and "[plan] >" in shown and "[bypassPermissions] >" not in shown
+    proc, mode, touched = box.probe()
+    assert mode == "plan" and not touched and ".agent/settings.json changed" in proc.stderr
+    shown = repl_start(box, "")  # asked again; Enter is no
+    assert "[plan] >" in shown
+
+
+def test_repl_with_piped_input_never_accepts(box):
+    # `echo y | agent-code` from an agent's command: no terminal, no question, nothing accepted
+    box.session_writes(LOCAL, LOOSE)
+    proc = run_cli("--provider", "scripted", "-C", str(box.project), env=box.env(), input="y\n/exit\n")
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: {LOCAL}" in proc.stderr and "[default] > " in proc.stdout
+    assert_not_loosened(box)
+
+
+# --- 4: first run in a fresh project ---------------------------------------------------
+
+def test_first_run_in_a_fresh_project_takes_its_settings_without_asking(box):
+    (box.project / ".agent").mkdir()
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(touch pwned*)"]}}))
+    (box.home / ".agent-code").mkdir()
+    (box.home / ".agent-code/settings.json").write_text(json.dumps({"permissions": {"deny": ["bash(rm:*)"]}}))
+    proc, mode, touched = box.probe()
+    assert touched and mode == "default" and proc.stderr == "", proc.stderr
+    proc, mode, touched = box.probe()  # and the next, unchanged
+    assert touched and proc.stderr == "", proc.stderr
+    # a second fresh project under the same home: its files are first sight too
+    other = box.tmp / "other"
+    (other / ".agent").mkdir(parents=True)
+    (other / ".agent/settings.local.json").write_text(json.dumps({"permissions": {"defaultMode": "acceptEdits"}}))
+    proc = run_cli("-p", "--provider", "scripted", "-C", str(other), "--output-format", "stream-json", "hi",
+                   env=box.env())
+    assert json.loads(proc.stdout.splitlines()[0])["permission_mode"] == "acceptEdits" and proc.stderr == ""
+
+
+def test_first_run_in_the_repl_asks_nothing(box):
+    (box.project / ".agent").mkdir()
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"defaultMode": "acceptEdits"}}))
+    shown = repl_start(box, None)
+    assert "[acceptEdits] >" in shown and "[y/N]" not in shown
+
+
+def test_hand_edits_between_sessions_need_acceptance_too(box):
+    (box.project / ".agent").mkdir()
+    box.probe()  # a session ran: the absent files are recorded as absent
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(touch pwned*)"]}}))
+    stderr = assert_not_loosened(box)
+    assert "is new since you last accepted" in stderr and "if you made it, accept it" in stderr
+    accept_on_terminal(box)
+    assert box.probe()[2]
+
+
+# --- 5: the attacker's next moves -------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="setsid is needed")
+def test_written_by_a_background_process_after_the_session_ended(box):
+    writer = box.tmp / "later.py"
+    writer.write_text(f"import json, os, time\ntime.sleep(2)\nos.makedirs('.agent', exist_ok=True)\n"
+                      f"open({LOCAL!r}, 'w').write(json.dumps({LOOSE!r}))\n")
+    command = f"setsid python3 {writer} > /dev/null 2>&1 < /dev/null & sleep 0.5"
+    proc, events = box.run(bash("w1", command), flags=("--permission-mode", "bypassPermissions"))
+    assert not next(e for e in events if e["type"] == "tool_result")["is_error"], events
+    assert proc.returncode == 0 and not (box.project / LOCAL).exists(), proc.stderr
+    deadline = time.monotonic() + 20
+    while not (box.project / LOCAL).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    assert json.loads((box.project / LOCAL).read_text()) == LOOSE
+    assert_not_loosened(box)
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_deleting_the_files_trust_record(box, persist):
+    box.probe(persist=persist)  # first sight: all three files recorded (two of them absent)
+    content = json.dumps(LOOSE).replace("'", "'\\''")
+    # the agent finds and deletes the record of the file it writes
+    command = (f"mkdir -p .agent && printf '%s' '{content}' > {LOCAL} && python3 -c \"import glob, os; "
+               "[os.remove(p) for p in glob.glob(os.path.expanduser('~/.agent-code/trust/*.json')) "
+               "if 'settings.local.json' in open(p).read()]\"")
+    proc, _ = box.run(bash("w1", command), flags=("--permission-mode", "bypassPermissions"), persist=persist)
+    assert proc.returncode == 0 and (box.project / LOCAL).exists(), proc.stderr
+    assert not any("settings.local.json" in p.read_text() for p in (box.home / ".agent-code/trust").iterdir())
+    stderr = assert_not_loosened(box, persist=persist)
+    assert "no usable trust record" in stderr
+
+
+def test_wiping_the_trust_store_of_a_project_with_sessions(box):
+    box.probe()
+    content = json.dumps(LOOSE).replace("'", "'\\''")
+    command = (f"mkdir -p .agent && printf '%s' '{content}' > {LOCAL} && "
+               "python3 -c \"import os, shutil; shutil.rmtree(os.path.expanduser('~/.agent-code/trust'))\"")
+    box.run(bash("w1", command), flags=("--permission-mode", "bypassPermissions"))
+    assert not (box.home / ".agent-code/trust").exists()
+    assert "no usable trust record" in assert_not_loosened(box)
+
+
+@pytest.mark.parametrize("garbage", ["{not json", "{}", json.dumps({"path": "x", "digest": "absent", "content": None})])
+def test_a_damaged_or_forged_record_trusts_nothing(box, garbage):
+    box.session_writes(LOCAL, LOOSE)
+    [record] = [p for p in (box.home / ".agent-code/trust").iterdir() if "settings.local.json" in p.read_text()]
+    record.write_text(garbage)
+    assert_not_loosened(box)
+
+
+def test_a_record_whose_digest_does_not_match_its_content_is_not_trusted(box):
+    box.probe()
+    (box.project / ".agent").mkdir(exist_ok=True)
+    (box.project / LOCAL).write_text(json.dumps(LOOSE))
+    [record] = [p for p in (box.home / ".agent-code/trust").iterdir() if "settings.local.json" in p.read_text()]
+    data = json.loads(record.read_text())
+    data["digest"] = version_digest((box.project / LOCAL).read_text())  # digest of the file, content left absent
+    record.write_text(json.dumps(data))
+    assert_not_loosened(box)
+
+
+def test_the_user_level_settings(box):
+    marker = box.tmp / "hook-ran"
+    box.probe()
+    box.session_writes("~/.agent-code/settings.json", {**LOOSE, "hooks": hook_spec("Stop", marker)})
+    stderr = assert_not_loosened(box, marker)
+    assert "~/.agent-code/settings.json is new since" in stderr
+    # an existing user file, changed
+    accept_on_terminal(box)
+    box.session_writes("~/.agent-code/settings.json", {"permissions": {"allow": ["bash(touch pwned*)"]}},
+                       flags=())  # (default mode: the write is refused; write it as a process would)
+    (box.home / ".agent-code/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(touch pw*)"]}}))
+    proc, mode, touched = box.probe()
+    assert mode == "bypassPermissions" and "~/.agent-code/settings.json changed" in proc.stderr, proc.stderr
+    assert "permissions.allow: + bash(touch pw*)" in proc.stderr and "permissions.defaultMode" in proc.stderr
+
+
+def test_a_new_project_settings_file_in_a_project_seen_before(box):
+    box.probe()
+    box.session_writes(".agent/settings.json", LOOSE)
+    assert ".agent/settings.json is new" in assert_not_loosened(box)
+
+
+def test_hooks_only(box):
+    marker = box.tmp / "hook-ran"
+    (box.project / ".agent").mkdir()
+    trusted = {"permissions": {"allow": ["bash(touch pwned*)"]}}
+    (box.project / LOCAL).write_text(json.dumps(trusted))
+    box.probe()
+    box.session_writes(LOCAL, {**trusted, "hooks": hook_spec("PreToolUse", marker)})
+    proc, mode, touched = box.probe()
+    assert touched and not marker.exists(), proc.stderr  # the accepted allow rule still works
+    assert f"hooks.PreToolUse: + [*] touch {marker}" in proc.stderr and "the version you last accepted" in proc.stderr
+
+
+def test_symlink_swaps(box):
+    (box.project / ".agent").mkdir()
+    (box.project / LOCAL).write_text(json.dumps({"permissions": {"deny": ["bash(curl:*)"]}}))
+    box.probe()
+    evil = box.tmp / "evil.json"
+    evil.write_text(json.dumps(LOOSE))
+    # the file swapped for a symlink to a loosening one
+    (box.project / LOCAL).unlink()
+    (box.project / LOCAL).symlink_to(evil)
+    assert f"{LOCAL} changed" in assert_not_loosened(box)
+    # .agent swapped for a symlink to a directory holding loosening settings
+    (box.project / LOCAL).unlink()
+    (box.project / ".agent").rename(box.tmp / "old-agent")
+    other = box.tmp / "elsewhere"
+    other.mkdir()
+    (other / "settings.local.json").write_text(json.dumps(LOOSE))
+    (other / "settings.json").write_text(json.dumps({"hooks": hook_spec("Stop", box.tmp / "hook-ran")}))
+    (box.project / ".agent").symlink_to(other)
+    stderr = assert_not_loosened(box, box.tmp / "hook-ran")
+    assert ".agent/settings.json is new" in stderr and f"{LOCAL} changed" in stderr
+
+
+def test_a_fifo_or_a_directory_is_an_error_not_a_hang(box):
+    (box.project / ".agent").mkdir()
+    os.mkfifo(box.project / LOCAL)
+    start = time.monotonic()
+    proc, _ = box.run(bash("p1", "touch pwned"))
+    assert proc.returncode == 1 and "not a regular file" in proc.stderr and time.monotonic() - start < 30
+    (box.project / LOCAL).unlink()
+    (box.project / LOCAL).mkdir()
+    proc, _ = box.run(bash("p1", "touch pwned"))
+    assert proc.returncode == 1 and LOCAL in proc.stderr and not (box.project / "pwned").exists()
+
+
+def test_back_and_forth(box):
+    (box.project / ".agent").mkdir()
+    trusted = json.dumps({"permissions": {"defaultMode": "acceptEdits"}})
+    (box.project / LOCAL).write_text(trusted)
+    proc, mode, _ = box.probe()
+    assert mode == "acceptEdits"
+    # loosened, then put back before the session ends: the version is the trusted one again
+    content = json.dumps(LOOSE).replace("'", "'\\''")
+    box.run(bash("w1", f"printf '%s' '{content}' > {LOCAL}"), flags=("--permission-mode", "bypassPermissions"))
+    assert f"{LOCAL} changed" in box.probe()[0].stderr
+    (box.project / LOCAL).write_text(trusted)
+    proc, mode, touched = box.probe()
+    assert mode == "acceptEdits" and not touched and proc.stderr == "", proc.stderr
+    # loosened again: still not taken, however often it flips
+    for _ in range(2):
+        (box.project / LOCAL).write_text(json.dumps(LOOSE))
+        proc, mode, touched = box.probe()
+        assert mode == "acceptEdits" and not touched, proc.stderr
+        (box.project / LOCAL).write_text(trusted)
+
+
+def test_removing_a_file_with_deny_rules_keeps_them_until_accepted(box):
+    (box.project / ".agent").mkdir()
+    (box.project / LOCAL).write_text(json.dumps({"permissions": {"deny": ["bash(touch pwned*)"]}}))
+    proc, mode, touched = box.probe("--permission-mode", "bypassPermissions")
+    assert not touched
+    box.run(bash("r1", f"rm {LOCAL}"), flags=("--permission-mode", "bypassPermissions"))
+    assert not (box.project / LOCAL).exists()
+    proc, mode, touched = box.probe("--permission-mode", "bypassPermissions")
+    assert not touched and f"{LOCAL} was removed" in proc.stderr, proc.stderr
+
+
+def test_a_new_deny_rule_applies_at_once(box):
+    (box.project / ".agent").mkdir()
+    (box.project / LOCAL).write_text(json.dumps({"permissions": {"allow": ["bash(touch pwned*)"]}}))
+    assert box.probe()[2]
+    # tightened (by hand, or by anyone): its deny rules count before it is accepted
+    (box.project / LOCAL).write_text(json.dumps({"permissions": {"allow": ["bash(touch pwned*)", "bash(ls)"],
+                                                                "deny": ["bash(touch pwned*)"]}}))
+    proc, mode, touched = box.probe()
+    assert not touched and "plus the new version's deny and ask rules" in proc.stderr
+
+
+def test_an_invalid_changed_file_is_an_error_naming_it(box):
+    box.probe()
+    (box.project / ".agent").mkdir(exist_ok=True)
+    (box.project / LOCAL).write_text('{"permissions": {"allow": ["bash(touch pwned*)"], "deny": ["bash(rm:*"]}}')
+    proc, _ = box.run(bash("p1", "touch pwned"))
+    assert proc.returncode == 1 and LOCAL in proc.stderr and "invalid deny rule" in proc.stderr
+    assert not (box.project / "pwned").exists()
+
+
+# --- the pieces -------------------------------------------------------------------------
+
+def test_summarize_names_the_keys_that_matter():
+    old = json.dumps({"permissions": {"allow": ["a"], "deny": ["bash(rm:*)"], "defaultMode": "plan"}, "x": 1})
+    new = json.dumps({"permissions": {"allow": ["a", "bash(curl:*)"], "defaultMode": "bypassPermissions"},
+                      "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "evil"}]}]}, "x": 2})
+    lines = summarize(old, new)
+    assert "permissions.defaultMode: plan → bypassPermissions" in lines
+    assert "permissions.allow: + bash(curl:*)" in lines and "permissions.deny: - bash(rm:*)" in lines
+    assert "hooks.Stop: + [*] evil" in lines and "other keys changed: x" in lines
+    assert summarize(old, old + " ") == ["(no change to permissions or hooks: layout or formatting only)"]
+    assert summarize(None, "{nope") == ["(the new version is not a valid settings file)"]
+
+
+def test_load_trusted_settings_in_process(tmp_path):
+    project, home = tmp_path / "p", tmp_path / "h"
+    (project / ".agent").mkdir(parents=True)
+    (project / LOCAL).write_text(json.dumps({"permissions": {"allow": ["bash(ls)"]}}))
+    warnings: list[str] = []
+    settings = load_trusted_settings(project, home, warn=warnings.append)
+    assert [r.text for r in settings.rules.rules] == ["bash(ls)"] and not warnings
+    (project / LOCAL).write_text(json.dumps(LOOSE))
+    asked = []
+    settings = load_trusted_settings(project, home, warn=warnings.append,
+                                     accept=lambda change: asked.append(change.file.label) or False)
+    assert asked == [LOCAL] and settings.default_mode is None and settings.unaccepted == [LOCAL]
+    assert [r.source for r in settings.rules.rules] == [f"{LOCAL} (last accepted version)"]
+    assert "not accepted" in warnings[-1]
+    settings = load_trusted_settings(project, home, warn=warnings.append, accept=lambda change: True)
+    assert settings.default_mode == "bypassPermissions" and not settings.unaccepted
+    found, _ = review_settings(project, home)
+    assert not found.changes
+    assert trust_store(home).get(current_settings(project, home)[2].key).how == "accepted"
+
+
+def test_a_read_only_home_still_runs_and_says_so(tmp_path):
+    project, home = tmp_path / "p", tmp_path / "h"
+    project.mkdir()
+    (home / ".agent-code").mkdir(parents=True)
+    os.chmod(home / ".agent-code", 0o500)
+    try:
+        if os.access(home / ".agent-code", os.W_OK):
+            pytest.skip("running as root: the directory stays writable")
+        warnings: list[str] = []
+        load_trusted_settings(project, home, warn=warnings.append)
+        assert len(warnings) == 1 and "cannot save settings trust records" in warnings[0]
+    finally:
+        os.chmod(home / ".agent-code", 0o700)
+
+
+def test_trust_store_keys_do_not_collide(tmp_path):
+    store = TrustStore(tmp_path / "t")
+    store.put("/a/.agent/settings.json", "{}", "accepted")
+    assert store.get("/a/.agent/settings.json").content == "{}"
+    assert store.get("/b/.agent/settings.json") is None
