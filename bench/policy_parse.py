@@ -12,8 +12,9 @@ and times, in the same run, on the same line:
 * shlex     — ``shlex.split`` of the line (a baseline: the cheapest possible tokenizing,
               which sees none of the structure)
 
-and prints each in ms per check, the ratios against the baselines, and whether the full
-check meets the target of under 2 ms.
+and prints each in ms per check (median wall clock, and the CPU time of the least
+disturbed batch, which is what the code costs on a shared machine), the ratios against
+the baselines, and whether the full check meets the target of under 2 ms (CPU).
 
 Run: .venv/bin/python bench/policy_parse.py [--iterations 2000] [--size 2048]
 """
@@ -21,6 +22,7 @@ Run: .venv/bin/python bench/policy_parse.py [--iterations 2000] [--size 2048]
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -68,16 +70,19 @@ def command_line(size: int) -> str:
     return "\n".join(parts)
 
 
-def timed(fn, iterations: int) -> float:
-    """Median seconds per call over ``iterations`` calls, in 10 batches."""
-    batch = max(1, iterations // 10)
-    samples = []
-    for _ in range(10):
-        start = time.perf_counter()
+def timed(fn, iterations: int) -> tuple[float, float]:
+    """Seconds per call over ``iterations`` calls in 20 batches: the median wall-clock time
+    and the least CPU time of a batch (on a shared machine the CPU time of the least
+    disturbed batch is the cost of the code; the wall clock also counts other processes)."""
+    batch = max(1, iterations // 20)
+    wall, cpu = [], []
+    for _ in range(20):
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(batch):
             fn()
-        samples.append((time.perf_counter() - start) / batch)
-    return statistics.median(samples)
+        wall.append((time.perf_counter() - start) / batch)
+        cpu.append((time.process_time() - start_cpu) / batch)
+    return statistics.median(wall), min(cpu)
 
 
 def main() -> int:
@@ -104,14 +109,15 @@ def main() -> int:
     print(f"command line: {len(source)} bytes, {line.count(chr(10)) + 1} lines; "
           f"decision: {'allow' if decision.allowed else 'refuse'} "
           f"(verdict {verdict.behavior if verdict else 'none: the mode decides'})")
-    print(f"{'':10} {'ms/check':>9}")
-    for name, seconds in (("check", check), ("evaluate", evaluate), ("parse", parse), ("shlex", split)):
-        print(f"{name:10} {seconds * 1000:9.3f}")
-    print(f"check / bare tree-sitter parse: {check / parse:5.1f}x")
-    print(f"check / shlex.split:            {check / split:5.1f}x")
-    ok = check * 1000 < TARGET_MS
+    print(f"{'':10} {'wall ms':>9} {'cpu ms':>9}   (per check; wall: median, cpu: best batch)")
+    for name, (wall, cpu) in (("check", check), ("evaluate", evaluate), ("parse", parse), ("shlex", split)):
+        print(f"{name:10} {wall * 1000:9.3f} {cpu * 1000:9.3f}")
+    print(f"check / bare tree-sitter parse: {check[1] / parse[1]:5.1f}x (cpu), {check[0] / parse[0]:5.1f}x (wall)")
+    print(f"check / shlex.split:            {check[1] / split[1]:5.1f}x (cpu), {check[0] / split[0]:5.1f}x (wall)")
+    ok = check[1] * 1000 < TARGET_MS
     print(f"target: policy check < {TARGET_MS} ms for a 2 kB line: {'met' if ok else 'NOT met'} "
-          f"({check * 1000:.3f} ms)")
+          f"({check[1] * 1000:.3f} ms cpu, {check[0] * 1000:.3f} ms wall; load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cpus)")
     return 0 if ok else 1
 
 

@@ -30,7 +30,6 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            escape, parse)
@@ -109,9 +108,12 @@ class Command:
     sub_programs: frozenset[str] = frozenset()
     patterns: tuple[str, ...] = ()  # argv as the shell may expand it (shell_syntax.Word.pattern); () as argv
 
-    @cached_property
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_program", program_name(self.argv[0]) if self.argv else "")
+
+    @property
     def program(self) -> str:
-        return program_name(self.argv[0]) if self.argv else ""
+        return self._program  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -213,6 +215,8 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
         if not argv:
             return chain, None, scripts, extra
         name = program_name(argv[0])
+        if name not in _UNWRAPPED:  # the common case: an ordinary program
+            return chain, argv, scripts, extra
         if argv[0] in ("{", "}", "(", ")"):  # `coproc { …; }` reaches here as words
             argv = argv[1:]
             continue
@@ -304,6 +308,10 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
                 k += 1
         return chain, argv, scripts, extra
     return chain, argv, scripts, extra
+
+
+_UNWRAPPED = frozenset(WRAPPERS) | SHELLS | {"{", "}", "(", ")", "coproc", "trap", "alias", "script", "env", "eval",
+                                           "su", "runuser", "watch", "find"}
 
 
 def _split(text: str) -> list[str]:

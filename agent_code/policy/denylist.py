@@ -41,6 +41,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -619,6 +620,16 @@ def _download_to_shell(analysis: Analysis) -> Hit | None:
     return None
 
 
+@lru_cache(maxsize=512)
+def _checks_for(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
+    """The checks that can hit a command of ``program`` (``writes``: it redirects output
+    or names an output file)."""
+    checks = [(rule, check) for rule, check, programs in _CHECKS
+              if (programs is None or program in programs) or (writes and rule in _WRITE_RULES)
+              or (rule == "format-disk" and FORMATTERS.match(program))]
+    return tuple(checks)
+
+
 def _checks() -> list[tuple[str, CommandCheck, frozenset[str] | None]]:
     return [(rule, check, _CHECK_PROGRAMS.get(rule)) for rule, check in COMMAND_CHECKS]
 
@@ -637,12 +648,9 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     for command in analysis.commands:
         program = command.program
         writes = bool(command.redirects) or any(w.startswith(_OUTPUT_PREFIXES) for w in command.argv[1:])
-        checks = [(rule, check) for rule, check, programs in _CHECKS
-                  if (programs is None or program in programs) or (writes and rule in _WRITE_RULES)]
-        if not checks and not FORMATTERS.match(program):
+        checks = _checks_for(program, writes)
+        if not checks:
             continue
-        if FORMATTERS.match(program):
-            checks.append(("format-disk", _format_disk))
         inv = normalize(command.argv)
         moved = [(base, _rebased(command, base)) for base in bases] if program in _PATH_PROGRAMS else []
         for rule, check in checks:
@@ -656,7 +664,7 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 yield Hit(rule, reason, _shown(command))
 
 
-_OUTPUT_PREFIXES = ("-o", "--o", "--file", "of=", "-O")
+_OUTPUT_PREFIXES = ("-o", "--output", "--file", "of=", "-O")
 _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Union
+from typing import NamedTuple, Union
 
 import tree_sitter
 import tree_sitter_bash
@@ -50,12 +50,11 @@ def parser() -> tree_sitter.Parser:
 
 # --- the model ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Word:
+class Word(NamedTuple):
     """One shell word after quote removal. ``subs`` are the scripts of the command
     substitutions in it (which run before the command); their text stays in ``text`` as
     written. ``heredoc`` is a here-document's body (on the delimiter word of ``<<``).
-    ``pattern``: see the module doc (empty: the same as ``text``, nothing expands)."""
+    ``pattern``: see the module doc (empty: ``text`` escaped, nothing expands)."""
 
     text: str
     subs: tuple["Script", ...] = ()
@@ -72,8 +71,7 @@ class Word:
         return UNKNOWN in self.pattern or UNKNOWN_QUOTED in self.pattern
 
 
-@dataclass(frozen=True)
-class Simple:
+class Simple(NamedTuple):
     """One simple command: its words (assignments and reserved words dropped) and its
     redirections as ``(operator, target word)``."""
 
@@ -109,9 +107,12 @@ class Script:
 _SPECIAL_RE = re.compile(r"([*?\[\]{},~\\])")
 
 
+_ESCAPES = str.maketrans({c: "\\" + c for c in _PATTERN_SPECIAL})
+
+
 def escape(text: str) -> str:
     """``text`` as a pattern that matches only itself."""
-    return _SPECIAL_RE.sub(r"\\\1", text) if _SPECIAL_RE.search(text) else text
+    return text.translate(_ESCAPES)
 
 
 # --- quoting --------------------------------------------------------------------------
@@ -369,26 +370,35 @@ class _Reader:
         return "".join(out)
 
     def command(self, node: Node, redirects: list[tuple[str, Word]], acc: _Acc) -> Simple:
-        parts: list[Node] = []
+        parts: list[Node | Word] = []
         for child in node.named_children:
-            if child.type == "variable_assignment":
+            kind = child.type
+            if kind == "word":  # the common case, inline: a plain word
+                raw = self.text(child)
+                if "\\" not in raw:
+                    parts.append(Word(raw, (), None, raw))
+                    continue
+                parts.append(child)
+            elif kind == "variable_assignment":
                 acc.subs.extend(self.substitutions(child))
-            elif child.type in REDIRECT_NODES:
+            elif kind in REDIRECT_NODES:
                 op, target, more = self.redirect(child, acc)
                 redirects = [*redirects, (op, target)]
                 for extra in more:
                     self.statement(extra, acc)
-            elif child.type == "command_name":
+            elif kind == "command_name":
                 parts.extend(child.named_children)
-            elif child.type != "comment":
+            elif kind != "comment":
                 parts.append(child)
         return self.simple(parts, redirects, acc)
 
-    def simple(self, nodes: list[Node], redirects: list[tuple[str, Word]], acc: _Acc,
+    def simple(self, nodes: list, redirects: list[tuple[str, Word]], acc: _Acc,
                words: list[Word] | None = None) -> Simple:
         words = list(words or [])
         for child in nodes:
-            if child.type in REDIRECT_NODES:
+            if isinstance(child, Word):
+                words.append(child)
+            elif child.type in REDIRECT_NODES:
                 op, target, more = self.redirect(child, acc)
                 redirects = [*redirects, (op, target)]
                 for extra in more:
@@ -475,16 +485,17 @@ class _Reader:
         if kind == "word" or kind == "number":  # the common case: a plain word
             raw = self.text(node)
             if "\\" not in raw:
-                return Word(raw, pattern=raw if _SPECIAL_RE.search(raw) else "")
+                return Word(raw, pattern=raw)
         elif kind == "raw_string":
             raw = self.text(node)
-            return Word(raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:])
+            value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
+            return Word(value, pattern=escape(value))
         texts: list[str] = []
         pattern: list[str] = []
         self._parts(node, texts, pattern, False)
         text, shape = "".join(texts), "".join(pattern)
         subs = tuple(self.substitutions(node))
-        return Word(text, subs, pattern="" if shape == escape(text) else shape)
+        return Word(text, subs, pattern=shape)
 
     def _parts(self, node: Node, texts: list[str], pattern: list[str], quoted: bool) -> None:
         kind = node.type
