@@ -1,4 +1,4 @@
-"""Shell commands as the permission layer sees them: tokenized, split and unwrapped.
+"""Shell commands as the permission layer sees them: parsed, split and unwrapped.
 
 A rule about commands must not be fooled by spelling. ``rm -r -f /``, ``rm -fr /``,
 ``rm --recursive --force -- /``, ``sudo rm -rf //``, ``bash -c "rm -rf /"``,
@@ -6,14 +6,20 @@ A rule about commands must not be fooled by spelling. ``rm -r -f /``, ``rm -fr /
 raw string sees none of that. So a command is taken apart the way bash would, in pure
 functions (no process is started, nothing is expanded or looked up):
 
-1. :func:`shell_syntax.tokenize` / :func:`shell_syntax.parse` (bash quoting,
-   operators, substitutions, here-documents) — pipelines of simple commands. Rule
-   patterns, which are plain words, are split with :mod:`shlex`.
-2. :func:`analyze` — every command the text would run, at any depth: substitutions,
-   ``bash -c``/``sh -c`` scripts (``$1``… filled in), ``eval``, ``su -c``, ``watch``,
-   ``find -exec``, here-strings and ``echo … |`` fed to a shell, and the command under
-   wrappers (``sudo``, ``env X=1``, ``nohup``, ``timeout 5``, ``nice``, ``xargs``,
-   ``command``, ``exec``, ``busybox`` …; the wrapper is listed too).
+1. :func:`shell_syntax.parse` (tree-sitter's bash grammar: quoting, operators, compound
+   commands, functions, every kind of substitution, here-documents) — pipelines of
+   simple and compound commands, each word with its text and its expansion pattern.
+   Rule patterns, which are plain words, are split with :mod:`shlex`.
+2. :func:`analyze` — every command the text would run, at any depth: substitutions
+   (in words, assignments, arithmetic, ``[[ … ]]``, parameter expansions), compound
+   commands and function bodies, ``coproc``, ``bash -c``/``sh -c`` scripts (``$1``…
+   filled in), ``eval``, ``su -c``, ``script -c``, ``trap``, ``alias``, ``watch``,
+   ``find -exec``, here-strings, here-documents and literal ``echo … |`` fed to a shell
+   (``bash``, ``bash -s``, ``bash /dev/stdin``), and the command under wrappers
+   (``sudo``, ``env X=1``, ``nohup``, ``timeout 5``, ``nice``, ``xargs``, ``command``,
+   ``exec``, ``busybox``, ``systemd-run`` …; the wrapper is listed too). What runs but
+   cannot be judged (``eval "$x"``, ``$CMD``, a script piped in from another command) is
+   listed in ``Analysis.unknown``; tree-sitter's syntax errors in ``Analysis.errors``.
 3. :func:`normalize` — one command as program, flags and operands: the program's base
    name (``/bin/rm`` → ``rm``), short flag clusters split (``-rf`` → ``-r -f``), known
    long and upper-case aliases mapped (``--recursive``, ``-R`` → ``-r`` for ``rm``),

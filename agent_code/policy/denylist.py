@@ -11,26 +11,55 @@ id                       refuses
 =======================  ==============================================================
 ``rm-protected``         recursive ``rm`` of ``/``, ``/*``, a top-level system
                          directory, ``~``/``$HOME`` (or its ``/*``), ``..`` (or
-                         ``../*``, ``../..``); also any ``rm --no-preserve-root``
+                         ``../*``, ``../..``); any ``rm --no-preserve-root``; ``rm`` of
+                         an unquoted expansion (``rm $X`` may split into ``-rf /``)
+``sync-delete``          ``rsync --delete`` into one of those paths
 ``find-delete``          ``find`` starting at one of those paths with ``-delete`` or an
-                         ``-exec rm``
-``chmod-protected``      recursive ``chmod``/``chown``/``chgrp`` of one of those paths
-``move-protected``       ``mv`` of one of those paths
+                         ``-exec`` of ``rm``, ``shred``, ``chmod``, a shell …
+``chmod-protected``      recursive ``chmod``/``chown``/``chgrp``/``chattr``/``setfacl``
+                         of one of those paths; any of them on ``/`` or ``/*`` itself
+``move-protected``       ``mv`` of one of those paths (``mv -t DIR SRC…`` too)
 ``format-disk``          ``mkfs``, ``mkfs.*``, ``mke2fs``, ``mkswap``, ``wipefs``,
-                         ``mkntfs``, ``mkdosfs``
-``write-device``         ``dd of=/dev/…``, ``> /dev/…``, ``tee``/``cp``/``shred`` onto a
-                         device (``/dev/null``, ``/dev/std*``, ``/dev/tty``, ``/dev/fd/*``,
-                         ``/dev/shm/*`` and the like are fine)
+                         ``blkdiscard``, ``badblocks``, partition and volume tools that
+                         change something (``fdisk /dev/sda``, ``sgdisk``, ``parted …
+                         mklabel``, ``cryptsetup luksFormat``, ``zpool destroy`` …)
+``write-device``         ``dd of=/dev/…``, ``> /dev/…``, ``tee``/``cp``/``shred``/
+                         ``truncate``/``tar cf`` onto a device (``/dev/null``,
+                         ``/dev/std*``, ``/dev/tty``, ``/dev/fd/*``, ``/dev/shm/*`` and the
+                         like are fine)
+``power``                ``shutdown``, ``reboot``, ``halt``, ``poweroff``, ``pm-suspend``,
+                         ``rtcwake``, ``init 0|1|6``, ``systemctl``/``loginctl``
+                         ``poweroff|reboot|suspend|isolate…``, stopping sshd/systemd
+                         services, ``kill`` of pid 1 or -1, ``killall5``
+``kernel``               ``insmod``, ``rmmod``, ``modprobe``, ``kexec``, ``sysctl -w``,
+                         writes to ``/proc/sysrq-trigger``, ``/proc/sys/``, ``/sys/power/``,
+                         ``/dev/mem``; ``swapoff -a``, ``umount -a``, ``umount /``
+``system-file``          writing, truncating or removing ``/etc/passwd``, ``/etc/shadow``,
+                         ``/etc/sudoers(.d)``, ``/etc/fstab``, ``/etc/ld.so.preload``,
+                         ``/boot/*``, ``/bin/*``, ``/usr/bin/*`` …; ``userdel``,
+                         ``usermod``, ``passwd -d``
 ``fork-bomb``            a function that pipes into itself or re-runs itself in the
-                         background (``:(){ :|:& };:``)
+                         background (``:(){ :|:& };:``), an endless loop starting
+                         background jobs with no pause
 ``download-to-shell``    ``curl``/``wget`` output piped into a shell or interpreter, or
                          run by one through ``$(…)``/``<(…)``
-``power``                ``shutdown``, ``reboot``, ``halt``, ``poweroff``, ``init 0``/
-                         ``init 6``, ``systemctl poweroff|reboot|halt``
 ``too-deep``             a command line nested deeper than the analysis follows (more
                          than ``MAX_DEPTH`` levels of ``bash -c``/``$(…)``): what it
                          hides cannot be checked
 =======================  ==============================================================
+
+**Expansion.** Operands are judged by their word pattern (:attr:`shell_syntax.Word.pattern`),
+not their text: an operand the shell may expand counts as possibly any protected path
+(:func:`possibly_protected`). Brace expansion is enumerated exactly (``/{etc,usr}``); a
+glob counts when it may match a protected path or everything inside one (``/*``, ``/e*``,
+``.*``, ``~/*``; ``build/*`` does not); ``$X``, ``"$HOME"``, ``$(…)``, ``~user`` count
+unless a literal last component pins the path to an ordinary name (``"$HOME"/build`` is
+fine; ``$X``, ``/$(echo)``, ``$X/etc`` are not). After a ``cd`` into a protected (or
+unknown) directory, relative operands are judged from there too (``cd / && rm -rf *``).
+
+A line the deny list finds nothing in but cannot fully read (tree-sitter syntax errors)
+or judge (``eval "$x"``, ``$CMD``, ``cat x | sh``) is the rules' built-in *ask*
+(:func:`rules.builtin_ask`), not a denial.
 
 This is a seatbelt, not a sandbox: a program can still do any of it from inside an
 interpreter (``python -c "shutil.rmtree('/')"``). The sandbox is what confines commands.
