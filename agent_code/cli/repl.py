@@ -6,7 +6,7 @@ The prompt shows the permission mode (``[plan] >``). Each line is a turn of one
 conversation, rendered as it happens by the CLI's text renderer; lines starting with
 ``/`` are commands (:data:`COMMANDS`; ``/help`` lists them, every one of them works):
 
-``/help``, ``/model [NAME]``, ``/compact``, ``/permissions [MODE]``, ``/undo [--force]``,
+``/help``, ``/model [NAME]``, ``/compact``, ``/permissions [MODE | check COMMAND]``, ``/undo [--force]``,
 ``/exit`` (also ``/quit``, Ctrl-D).
 
 At the start, a settings file that changed since the user last accepted it (a session of
