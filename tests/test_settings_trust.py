@@ -384,12 +384,16 @@ def test_deleting_the_files_trust_record(box, persist):
 
 def test_wiping_the_trust_store_of_a_project_with_sessions(box):
     box.probe()
+    marker = box.tmp / "hook-ran"
     content = json.dumps(LOOSE).replace("'", "'\\''")
-    command = (f"mkdir -p .agent && printf '%s' '{content}' > {LOCAL} && "
+    user = json.dumps({"hooks": hook_spec("Stop", marker)}).replace("'", "'\\''")
+    command = (f"mkdir -p .agent && printf '%s' '{content}' > {LOCAL} && printf '%s' '{user}' > "
+               "$HOME/.agent-code/settings.json && "
                "python3 -c \"import os, shutil; shutil.rmtree(os.path.expanduser('~/.agent-code/trust'))\"")
     box.run(bash("w1", command), flags=("--permission-mode", "bypassPermissions"))
-    assert not (box.home / ".agent-code/trust").exists()
-    assert "no usable trust record" in assert_not_loosened(box)
+    assert not (box.home / ".agent-code/trust").exists() and (box.home / ".agent-code/settings.json").exists()
+    stderr = assert_not_loosened(box, marker)
+    assert stderr.count("no usable trust record") == 2, stderr
 
 
 @pytest.mark.parametrize("garbage", ["{not json", "{}", json.dumps({"path": "x", "digest": "absent", "content": None})])

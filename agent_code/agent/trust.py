@@ -18,7 +18,7 @@ A file version is trusted when
 * **first sight**: the file has no record and nothing shows that a session ran with it
   before. For the project's files: neither has a record and ``.agent/sessions/`` holds no
   session but the one starting; for ``~/.agent-code/settings.json``: the store holds no
-  record at all. Every session start records all three files this way, absent ones
+  record at all and the project no earlier session. Every session start records all three files this way, absent ones
   included, so a file created or changed while a session ran is never first sight, and a
   deleted record is noticed (its sibling's record, or the project's sessions, remain).
 
@@ -221,8 +221,8 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: 
         members = [f for f in files if f.group == group]
         if not members:
             continue
-        if group == "user":
-            seen_before = store_had_records
+        if group == "user":  # every start records it: any record, or any session of this project, shows one ran
+            seen_before = store_had_records or project_ran_before
         else:
             seen_before = project_ran_before or any(records[f.key] is not None for f in members)
         for f in members:
