@@ -676,7 +676,8 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
         program = command.program
-        writes = bool(command.redirects) or any(w.startswith(_OUTPUT_PREFIXES) for w in command.argv[1:])
+        writes = bool(command.redirects) or (len(command.argv) > 1 and _OUTPUT_WORD.search(
+            "\n".join(command.argv[1:])) is not None)
         checks = _checks_for(program, writes)
         if not checks:
             continue
@@ -693,7 +694,7 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 yield Hit(rule, reason, _shown(command))
 
 
-_OUTPUT_PREFIXES = ("-o", "--output", "--file", "of=", "-O")
+_OUTPUT_WORD = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
 _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})
