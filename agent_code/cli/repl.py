@@ -240,6 +240,9 @@ class Repl:
             lines.append("  no allow/ask/deny rules (settings: ~/.agent-code/settings.json, "
                          ".agent/settings.json, .agent/settings.local.json)")
         lines.append("  built-in deny list: always on (rm -rf /, mkfs, dd to a device, fork bombs, curl | sh, …)")
+        lines.append("  self-protection: " + ("off in bypassPermissions" if policy.mode is PermissionMode.BYPASS_PERMISSIONS
+                                                else "on (the agent may not change its settings, hooks, skills or .git)"))
+        lines.append("  /permissions check COMMAND: what the policy decides for COMMAND, and why")
         if policy.pre_tool_use is not None:
             lines.append("  PreToolUse hooks: on")
         self.say("\n".join(lines))

@@ -71,7 +71,9 @@ neither subshells nor the order of ``&&``/``||`` lists matter:
 
 What the policy cannot see is not covered: a program that writes protected files from its
 own code (``python script.py``, ``make``, an archive extracted by ``tar`` without naming a
-protected path). The sandbox confines those. ``/undo`` is the user's command, not a tool,
+protected path), and a process left running that swaps a symlink in between the check and
+the write. The sandbox confines those; the settings trust store (``agent/trust.py``) keeps a
+settings file changed that way from taking effect unaccepted. ``/undo`` is the user's command, not a tool,
 and only restores files the agent changed itself.
 
 Everything here is a pure function of the paths and the file system's symlinks (read,
