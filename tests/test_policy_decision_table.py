@@ -313,6 +313,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("while true; do sh -c : & done", DENY, NEW),
     ("while :; do $0 & done", DENY, NEW),
     ("for ((;;)); do bash & done", DENY, NEW),
+    ("while true; do sleep 1 & done", DENY, NEW),
     ("bash -c ':(){ :|:& };:'", DENY, NEW),
 
     # --- new: scripts fed to a shell

@@ -446,17 +446,19 @@ class _Reader:
             forever = condition is not None and self.text(condition).strip().rstrip(";").strip() in _INFINITE
         if not forever:
             return False
-        names, background = set(), False
-        stack = [body]
+        names, background = set(), False  # names: what runs in the foreground (a pause counts there)
+        stack = [(body, False)]
         while stack:
-            n = stack.pop()
-            if n.type == "command":
+            n, in_background = stack.pop()
+            if n.type == "command" and not in_background:
                 called = n.child_by_field_name("name")
                 if called is not None:
                     names.add(self.text(called))
             kids = n.children
-            background |= any(k.type == "&" for k in kids)
-            stack.extend(kids)
+            for i, kid in enumerate(kids):
+                behind = in_background or (i + 1 < len(kids) and kids[i + 1].type == "&")
+                background |= kid.type == "&"
+                stack.append((kid, behind))
         return background and not (names & _PACING)
 
     # -- words
