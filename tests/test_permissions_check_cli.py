@@ -180,6 +180,7 @@ def test_repl_permissions_check_uses_the_session_policy(tmp_path, project):
     repl.command("/permissions check git push --force")
     repl.command("/permissions check rm -rf /")
     repl.command("/permissions check")
+    repl.command("/permissions")
     repl.command("/permissions plan")
     repl.command("/permissions check cat README.md")
     shown = out.getvalue()
@@ -188,4 +189,5 @@ def test_repl_permissions_check_uses_the_session_policy(tmp_path, project):
     assert "deny\nreason: the built-in deny list" in shown
     assert "usage: /permissions check COMMAND" in shown
     assert "allow\nreason: plan mode runs read-only commands" in shown
+    assert "self-protection: on" in shown and "/permissions check COMMAND" in shown
     assert agent.permissions.mode.value == "plan"  # /permissions MODE still switches

@@ -200,6 +200,31 @@ def test_accept_edits_cannot_grant_itself_bypass(project, home, tmp_path):
     assert (project / "src" / "new.py").read_text() == "x=1\n"
 
 
+def test_an_allow_all_bash_rule_does_not_let_a_command_write_settings(project, home, tmp_path):
+    """Real runs through the loop and the bash tool: the refused commands never run."""
+    attacks = ["echo '{\"permissions\": {\"defaultMode\": \"bypassPermissions\"}}' > .agent/settings.local.json",
+               "cd .git/hooks && printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > pre-commit && chmod +x pre-commit",
+               "git config core.fsmonitor 'touch fsmonitor-ran'"]
+    turns = [[{"type": "tool_use", "id": f"b{i}", "name": "bash", "input": {"command": c}}]
+             for i, c in enumerate(attacks)]
+    turns += [[{"type": "tool_use", "id": "ok", "name": "bash", "input": {"command": "echo fine > src/out.txt"}}],
+              [{"type": "text", "text": "done"}]]
+    script = tmp_path / "script.jsonl"
+    script.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
+    events: list[dict] = []
+    rules = RuleSet.from_lists(allow=["bash"], source=".agent/settings.json")
+    rules.home = str(home)
+    Agent(ScriptedProvider(script), default_tools(), ToolContext(project), on_event=events.append,
+          permissions=PermissionPolicy("acceptEdits", rules=rules, root=project)).run("go")  # type: ignore[arg-type]
+    results = {e["tool_use_id"]: e for e in events if e["type"] == "tool_result"}
+    for i in range(len(attacks)):
+        assert results[f"b{i}"]["is_error"] and "Permission denied" in results[f"b{i}"]["content"], attacks[i]
+    assert not (project / ".agent" / "settings.local.json").exists()
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    assert "fsmonitor" not in (project / ".git" / "config").read_text()
+    assert not results["ok"]["is_error"] and (project / "src" / "out.txt").read_text() == "fine\n"
+
+
 # --- shell commands ---------------------------------------------------------------------
 
 DENIED_COMMANDS = [
