@@ -397,14 +397,14 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
         for sub in subs:
             _walk_script(sub, depth + 1, out)
         sub_programs = frozenset(c.program for c in out.commands[before:])
-    redirects = tuple((op, target.text) for op, target in stage.redirects)
-    patterns = tuple(w.shape for w in stage.words)
-    leaf = _expand_argv(stage.argv, redirects, sub_programs, depth, out, patterns, previous)
+    redirects = tuple([(op, target.text) for op, target in stage.redirects]) if stage.redirects else ()
+    argv = tuple([w.text for w in stage.words])
+    patterns = tuple([w.pattern or escape(w.text) for w in stage.words])
+    leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not stage.words and redirects:
         out.commands.append(Command((), redirects))
-    if leaf is not None and leaf.program == "eval" and any(w.dynamic for w in stage.words[1:]):
-        out.unknown.append("eval of a value only known when it runs")
-    if leaf is not None and _reads_script_from_stdin(leaf):
+    if leaf is not None and (leaf.program in SHELLS or leaf.program in ("source", ".")) and \
+            _reads_script_from_stdin(leaf):
         # a shell reading its script from stdin: here-strings, here-documents, echo |
         fed_by_redirect = False
         for op, target in stage.redirects:
@@ -495,9 +495,12 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
                                     sub_programs=sub_programs))
     command = None
     if leaf:
-        suffix = len(patterns) == len(argv) and tuple(argv[len(argv) - len(leaf):]) == tuple(leaf)
-        shape = patterns[len(argv) - len(leaf):] if suffix else ()
-        if any(name == "xargs" for _, name, _ in chain):
+        if leaf is argv:
+            shape = patterns
+        else:
+            suffix = len(patterns) == len(argv) and tuple(argv[len(argv) - len(leaf):]) == tuple(leaf)
+            shape = patterns[len(argv) - len(leaf):] if suffix else ()
+        if chain and any(name == "xargs" for _, name, _ in chain):
             shape = (*(shape or tuple(escape(a) for a in leaf)), *_xargs_input(previous).split(" "))
         command = Command(leaf, redirects, sub_programs=sub_programs, patterns=shape)
         out.commands.append(command)

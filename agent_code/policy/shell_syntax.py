@@ -236,9 +236,12 @@ class _Reader:
                     flush()
                 continue
             kind = child.type
-            if kind == "comment":
+            if kind == "command":  # the common case, directly
+                flush()
+                acc.pipelines.append((self.command(child, [], acc),))
+            elif kind == "comment":
                 continue
-            if kind in STATEMENTS:
+            elif kind in STATEMENTS:
                 flush()
                 self.statement(child, acc)
             elif kind in REDIRECT_NODES:
@@ -258,7 +261,10 @@ class _Reader:
         if kind == "pipeline":
             out: list[Stage] = []
             for child in node.named_children:
-                if child.type != "comment":
+                sub = child.type
+                if sub == "command":
+                    out.append(self.command(child, [], acc))
+                elif sub != "comment":
                     out += self.stages(child, acc)
             return out
         if kind == "list":  # only as a here-document's continuation: its first part continues the pipeline
@@ -390,6 +396,8 @@ class _Reader:
                 parts.extend(child.named_children)
             elif kind != "comment":
                 parts.append(child)
+        if all(type(p) is Word for p in parts):
+            return Simple(tuple(parts), tuple(redirects))  # type: ignore[arg-type]
         return self.simple(parts, redirects, acc)
 
     def simple(self, nodes: list, redirects: list[tuple[str, Word]], acc: _Acc,
