@@ -346,6 +346,7 @@ MAYBE_COMMANDS = [
     "wget -O $OUT https://example.com/x",
     "yes | script -qc agent-code /dev/null",
     "tmux new-session -d 'agent-code'",
+    "TMPDIR=.agent; echo x > $TMPDIR/settings.json",
 ]
 
 
@@ -365,6 +366,7 @@ NOT_ALLOWED_COMMANDS = [  # deny (self-protection) or at least ask, whatever the
     "exec 3<> .agent/settings.json", "exec 3> .agent/settings.json", "echo x 1<> .git/config",
     "(cd .agent; touch settings.local.json)", "{ cd .git/hooks && cp /tmp/x pre-commit; }",
     "cd / && cd \"$OLDPWD\"/.agent && touch x", "if true; then cd .agent; fi; echo x > settings.json",
+    "export TMP=.git; cp x $TMP/config", "TMPDIR=$(pwd)/.agent; touch $TMPDIR/settings.json",
 ]
 
 
@@ -383,6 +385,7 @@ ALLOWED_COMMANDS = [
     "sed -i s/a/b/ src/app.py", "echo x 2>&1 > /dev/null", "head -n 3 .git/config", "cp -r src /tmp/backup",
     "touch .gitignore", "echo x > .github/x.yml", "cat .gitconfig.example", "stat .agent/settings.json",
     "agent-code permissions check -- git push", "agent-code settings status",
+    "echo x > \"$TMPDIR/out.txt\"", "sort -o ${TMPDIR}/sorted src/app.py",
 ]
 
 

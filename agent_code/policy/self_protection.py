@@ -475,6 +475,7 @@ class _Shell:
     cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
     judged: dict[tuple[str, str, bool], Any] = field(default_factory=dict)
+    temp: str | None = None         # where $TMPDIR points, when the line does not set it
 
 
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -545,6 +546,8 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             return "ask", f"a path in a directory the shell computes ({word})"
         text = str(home) + text[m.end():]
     text = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(places.home), text)
+    if shell.temp is not None:
+        text = re.sub(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)", lambda _: shell.temp or "/tmp", text)
     if shell.cwd is not None:
         text = re.sub(r"^(\$PWD|\$\{PWD\})(?=/|$)", lambda _: str(shell.cwd), text)
     parts = text.split("/")
@@ -839,6 +842,9 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
     cwds, cwd_unknown = _directories(analysis.commands, places)
     shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)),
                    cwds=cwds if len(cwds) > 1 or cwd_unknown else (), cwd_unknown=cwd_unknown)
+    if not re.search(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b", analysis.text):  # the line does not set it
+        temp = os.environ.get("TMPDIR") or "/tmp"
+        shell.temp = temp if os.path.isabs(temp) else None
     maybe: Finding | None = accepting
 
     def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
