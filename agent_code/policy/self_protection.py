@@ -584,12 +584,14 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
 
 # --- shell commands -------------------------------------------------------------------
 
+# programs that only read the files they name (not uniq IN OUT, xxd -r IN OUT, yq -i, file -C,
+# view's :w: left out); an output option (``-o``, ``--output``) is judged for every program
 READERS = frozenset({
-    "cat", "less", "more", "head", "tail", "ls", "dir", "stat", "file", "wc", "grep", "egrep", "fgrep",
+    "cat", "less", "more", "head", "tail", "ls", "dir", "stat", "wc", "grep", "egrep", "fgrep",
     "rg", "ag", "diff", "cmp", "comm", "md5sum", "sha1sum", "sha256sum", "sha512sum", "cksum", "b2sum",
-    "test", "[", "[[", "readlink", "realpath", "basename", "dirname", "echo", "printf", "jq", "yq", "tree",
-    "du", "od", "hexdump", "xxd", "strings", "nl", "cut", "sort", "uniq", "tr", "column", "fold", "bat",
-    "cd", "pushd", "popd", "pwd", "true", "false", ":", "type", "which", "command", "view", "lsattr",
+    "test", "[", "[[", "readlink", "realpath", "basename", "dirname", "echo", "printf", "jq", "tree",
+    "du", "od", "hexdump", "strings", "nl", "cut", "sort", "tr", "column", "fold", "bat",
+    "cd", "pushd", "popd", "pwd", "true", "false", ":", "type", "which", "command", "lsattr",
     "namei", "getfacl", "sleep",
 })
 GIT_READERS = frozenset({
