@@ -376,15 +376,22 @@ class _Reader:
         return "".join(out)
 
     def command(self, node: Node, redirects: list[tuple[str, Word]], acc: _Acc) -> Simple:
-        parts: list[Node | Word] = []
+        words: list[Word] = []
         for child in node.named_children:
             kind = child.type
+            if kind == "command_name":
+                inner = child.named_children
+                if not inner:
+                    continue
+                child = inner[0]
+                kind = child.type
             if kind == "word":  # the common case, inline: a plain word
                 raw = self.text(child)
-                if "\\" not in raw:
-                    parts.append(Word(raw, (), None, raw))
-                    continue
-                parts.append(child)
+                words.append(Word(raw, (), None, raw) if "\\" not in raw else self.word(child))
+            elif kind == "raw_string":
+                raw = self.text(child)
+                value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
+                words.append(Word(value, (), None, escape(value)))
             elif kind == "variable_assignment":
                 acc.subs.extend(self.substitutions(child))
             elif kind in REDIRECT_NODES:
@@ -392,13 +399,9 @@ class _Reader:
                 redirects = [*redirects, (op, target)]
                 for extra in more:
                     self.statement(extra, acc)
-            elif kind == "command_name":
-                parts.extend(child.named_children)
             elif kind != "comment":
-                parts.append(child)
-        if all(type(p) is Word for p in parts):
-            return Simple(tuple(parts), tuple(redirects))  # type: ignore[arg-type]
-        return self.simple(parts, redirects, acc)
+                words.append(self.word(child))
+        return Simple(tuple(words), tuple(redirects))
 
     def simple(self, nodes: list, redirects: list[tuple[str, Word]], acc: _Acc,
                words: list[Word] | None = None) -> Simple:
