@@ -77,6 +77,12 @@ def test_a_deny_list_hit_is_named(project, env):
     assert rule.split()[1] in ("rm-protected",) or "rm" in rule
 
 
+def test_a_line_the_deny_list_cannot_read_is_asked_and_named(project, env):
+    r = check(project, env, "--mode", "bypassPermissions", "--", "echo $((")
+    assert r.returncode == 2 and r.stdout.startswith("ask\n")
+    assert "(built-in deny list)" in r.stdout
+
+
 def test_user_settings_count_too(project, env, tmp_path):
     user = Path(env["HOME"]) / ".agent-code"
     user.mkdir()

@@ -211,10 +211,14 @@ class PermissionPolicy:
         behavior = mode_behavior(mode, kind)
         if verdict is not None and (mode is not PermissionMode.PLAN or kind == "read"):
             behavior = verdict.behavior
-            reason = f"it matches the {verdict.behavior} rule {verdict.rule}"
-            if verdict.detail:
-                reason += f" (it matched `{verdict.detail}`)"
-            explained = Explanation(behavior, reason, verdict.rule, verdict.source, "rule", verdict.detail)
+            if verdict.builtin:  # the built-in list's own ask (a line it cannot read)
+                explained = Explanation(behavior, f"the built-in deny list asks about it ({verdict.detail})",
+                                        verdict.rule, "built-in", "deny-list", verdict.detail)
+            else:
+                reason = f"it matches the {verdict.behavior} rule {verdict.rule}"
+                if verdict.detail:
+                    reason += f" (it matched `{verdict.detail}`)"
+                explained = Explanation(behavior, reason, verdict.rule, verdict.source, "rule", verdict.detail)
         else:
             verdict = None
             explained = Explanation(behavior, mode_reason(mode, tool, kind, arguments), None, "mode", "mode")
