@@ -263,6 +263,36 @@ def test_plan_mode_ignores_git_config_from_the_environment(world, monkeypatch):
     assert markers(world) == []
 
 
+# refused by the policy; run anyway, straight in the read-only environment, the shim still
+# runs none of the repository's programs (a second wall, for a gap in the first)
+SECOND_WALL = [
+    "git diff --ext-diff", "git log -p --ext-diff -1", "git -c core.fsmonitor={trap} status",
+    "git -c diff.tc.textconv={trap} diff", "git --config-env=core.pager=TRAP_PAGER log", "git --exec-path=/tmp status",
+    "git st", "git remote show origin", "git ls-remote origin", "git fetch origin", "git tag -v v1",
+    "git config --edit", "git grep -O alpha", "git status --help", "git help log", "git -C ../other st",
+    "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor={trap}'\" git status", "git stauts",
+]
+
+
+@pytest.mark.parametrize("command", SECOND_WALL)
+def test_the_shim_alone_runs_no_program_the_config_names(world, command, monkeypatch):
+    from agent_code.tools.shell import run_command
+    trap_path = trap(world["tmp"] / "bin", world["markers"], "cli-trap", "exit 1")
+    monkeypatch.setenv("TRAP_PAGER", trap_path)
+    git(world["project"], "config", "help.autocorrect", "immediate")
+    git(world["project"], "config", "alias.stauts", "!" + trap_path)
+    output, status = run_command(command.format(trap=trap_path), world["project"], 60, read_only_env(os.environ))
+    assert markers(world) == [], output
+
+
+def test_a_relative_path_entry_cannot_bring_a_program_from_the_project(world, monkeypatch):
+    (world["project"] / "tree").write_text(f"#!/bin/sh\ntouch '{world['markers']}/project-tree'\n")
+    (world["project"] / "tree").chmod(0o755)
+    monkeypatch.setenv("PATH", os.environ["PATH"] + os.pathsep + "." + os.pathsep)
+    got = run_agent(world, ["tree"], "plan")["tree"]
+    assert markers(world) == [], got["content"]
+
+
 def test_a_config_key_that_may_name_an_unknown_program_is_refused(world):
     git(world["project"], "config", "hook.evil.command", str(world["tmp"] / "bin" / "project-textconv"))
     got = run_agent(world, ["git status"], "plan")["git status"]
@@ -283,7 +313,7 @@ def test_neutralise_covers_every_program_key_and_refuses_unknown_ones():
     assert got["filter.f.required"] == "false" and got["pager.log"] == "false" and got["protocol.ext.allow"] == "never"
     assert got["credential.https://h.helper"] == "" and got["gpg.x509.program"] == "false"
     assert got["gpg.program"] == "false"
-    assert "alias.st" not in got and "user.name" not in got
+    assert got["alias.st"] == "" and "user.name" not in got
     assert dict(STATIC_OVERRIDES).items() <= got.items()
     for key in ("hook.pre-commit.command", "foo.bar.cmd", "core.newprogram", "x.y.helper"):
         assert neutralise([key])[1] is not None and key in neutralise([key])[1]

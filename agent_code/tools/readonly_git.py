@@ -85,11 +85,11 @@ _NEUTRAL: dict[tuple[str, bool, str], str] = {
     ("sequence", False, "editor"): "false",
 }
 # sections whose programs the read-only subcommands never start: other git commands
-# (difftool, mergetool, send-email, gui, help/man/browser, aliases, which do not shadow the
-# builtin subcommands plan mode allows), or transports (remotes, url rewriting, proxies),
-# which protocol.allow=never and GIT_ALLOW_PROTOCOL keep closed
+# (difftool, mergetool, send-email, gui; help/man/browser, as the shim refuses --help), or
+# transports (remotes, url rewriting, proxies), which protocol.allow=never and
+# GIT_ALLOW_PROTOCOL keep closed
 _UNREACHABLE_SECTIONS = frozenset({
-    "alias", "difftool", "mergetool", "sendemail", "gui", "guitool", "citool", "instaweb", "man",
+    "difftool", "mergetool", "sendemail", "gui", "guitool", "citool", "instaweb", "man",
     "browser", "web", "help", "remote", "url", "http", "https", "ssh", "uploadpack", "receive",
     "fetch", "push", "transfer", "clone", "submodule", "merge", "rebase", "am", "format", "gc",
     "maintenance", "include", "includeif", "lfs", "trace2", "fsmonitor",
@@ -127,6 +127,9 @@ def neutralise(keys: list[str]) -> tuple[list[tuple[str, str]], str | None]:
             continue
         if section == "pager" and sub is None:  # pager.<command>: a pager for that command
             overrides.append((key, "false"))
+            continue
+        if section == "alias":  # an empty alias fails ("'' is not a git command") and runs nothing
+            overrides.append((key, ""))
             continue
         if any(word in name for word in _PROGRAM_WORDS) or section == "hook":
             return overrides, (f"git config key {key} may name a program, and plan mode cannot neutralise it; "
@@ -204,6 +207,8 @@ def main(args: list[str]) -> int:
     bad = refused_global(args[:at])
     if bad is not None:
         return _refuse(f"git option {bad} is not allowed (it can change what git runs)")
+    if args[at:at + 1] == ["help"] or "--help" in args[at:]:
+        return _refuse("git help starts a manual viewer or browser that git's config can name")
     env = without_config_env(os.environ)
     listing = subprocess.run([real, *args[:at], "config", "--list", "-z", "--includes"], env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

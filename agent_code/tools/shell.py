@@ -103,6 +103,8 @@ def read_only_env(environ: Mapping[str, str]) -> dict[str, str]:
            if k not in READ_ONLY_DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     env.update(GIT_PAGER="cat", PAGER="cat", MANPAGER="cat", GIT_EDITOR="false", GIT_SEQUENCE_EDITOR="false",
                GIT_OPTIONAL_LOCKS="0", GIT_ALLOW_PROTOCOL="none", GIT_NO_LAZY_FETCH="1", GIT_TERMINAL_PROMPT="0")
+    # only absolute PATH entries: an empty or relative one would find programs in the project
+    env["PATH"] = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if os.path.isabs(d)) or DEFAULT_PATH
     real_git = real_git or shutil.which("git", path=env["PATH"])
     if real_git:
         shim = _git_shim(os.path.realpath(real_git))
