@@ -79,6 +79,15 @@ def test_word_patterns():
                                         "/", "a b"]
 
 
+def test_a_loop_variable_over_literal_words_is_one_of_them():
+    loop = parse('for d in build "a b" *.o; do rm -rf "$d" ${d}; done').pipelines[0][0]
+    words = loop.body.pipelines[0][0].words
+    assert [w.shape for w in words[2:]] == ["{build,a b,*.o}"] * 2 and [w.text for w in words[2:]] == ["$d", "${d}"]
+    for changed in ("d=/", "read d", "for d in /; do :; done"):  # the body may change it: unknown again
+        loop = parse(f'for d in build; do {changed}; rm -rf "$d"; done').pipelines[0][0]
+        assert loop.body.pipelines[-1][0].words[2].dynamic, changed
+
+
 @pytest.mark.parametrize("pattern, alternatives", [
     ("/{etc,usr}", ["/etc", "/usr"]),
     ("/{a,{b,c}}x", ["/ax", "/bx", "/cx"]),

@@ -183,6 +183,7 @@ SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution",
                         "arithmetic_expansion"})
 REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_BRACE_COMMA = re.compile(r"(?<!\\),")
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
@@ -205,6 +206,7 @@ class _Reader:
     def __init__(self, source: bytes, text: str | None = None) -> None:
         self.src = source
         self.ascii = text if text is not None and text.isascii() else None  # byte offsets are str offsets
+        self.bindings: dict[str, str] = {}  # loop variables whose values are known (name → pattern)
 
     def text(self, node: Node) -> str:
         if self.ascii is not None:
@@ -301,10 +303,46 @@ class _Reader:
             self.container(node, inner)
             return [Compound(inner.script(), "group")]
         inner = _Acc()
-        self.container(node, inner)
+        binding = self._loop_binding(node) if kind == "for_statement" else None
+        if binding is not None:
+            name, values = binding
+            saved = self.bindings.get(name)
+            self.bindings[name] = values
+            try:
+                self.container(node, inner)
+            finally:
+                if saved is None:
+                    self.bindings.pop(name, None)
+                else:
+                    self.bindings[name] = saved
+        else:
+            self.container(node, inner)
         if kind in ("while_statement", "c_style_for_statement") and self._spawns_forever(node):
             inner.fork_bomb = True
         return [Compound(inner.script(), COMPOUNDS.get(kind, kind))]
+
+    def _loop_binding(self, node: Node) -> tuple[str, str] | None:
+        """``for d in build dist; do … "$d" …``: the loop variable's values as one pattern
+        (``{build,dist}``), when they are literal and the body does not assign the variable."""
+        variable = node.child_by_field_name("variable")
+        body = node.child_by_field_name("body")
+        if variable is None or body is None:
+            return None
+        name = self.text(variable)
+        values = [c for c in node.children_by_field_name("value")]
+        if not values:
+            return None
+        shapes = []
+        for value in values:
+            word = self.word(value)
+            if word.dynamic:
+                return None
+            shapes.append(_BRACE_COMMA.sub(r"\\,", word.shape))
+        if re.search(rf"(^|[^\w]){re.escape(name)}(\[[^]]*\])?\+?=|\bread\b|\b(declare|local|typeset|export|"
+                     rf"unset|mapfile|readarray|getopts|printf\s+-v|eval|source)\b|\b(for|select)\s+{re.escape(name)}\b|^\.\s",
+                     self.text(body), re.MULTILINE):
+            return None  # the body may change it
+        return name, shapes[0] if len(shapes) == 1 else "{" + ",".join(shapes) + "}"
 
     def redirected(self, node: Node, acc: _Acc) -> list[Stage]:
         body = node.child_by_field_name("body")
@@ -514,6 +552,12 @@ class _Reader:
         kind = node.type
         raw = self.text(node)
         if kind in EXPANSIONS:
+            if self.bindings and kind in ("simple_expansion", "expansion"):
+                bound = self.bindings.get(raw.lstrip("$").strip("{}"))
+                if bound is not None and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", raw):
+                    texts.append(raw)  # a loop variable over literal words: one of them
+                    pattern.append(bound)
+                    return
             folded = self._echoed(node) if kind == "command_substitution" else None
             if folded is not None and (quoted or not re.search(r"\s", folded)):
                 texts.append(folded)  # `$(echo rm -rf /)`: its output is known
