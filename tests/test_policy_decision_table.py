@@ -168,6 +168,9 @@ TABLE: list[tuple[str, str, str]] = [
     ("for d in build; do read d; rm -rf \"$d\"; done", DENY, NEW),
     ("for d in $(ls /); do rm -rf \"/$d\"; done", DENY, NEW),
     ("for d in a,b /; do rm -rf \"$d\"; done", DENY, NEW),
+    ("for o in -rf; do rm $o /; done", DENY, NEW),
+    ("for c in ls rm; do $c -rf /; done", DENY, NEW),
+    ("for o in -R; do chmod $o 000 /etc; done", DENY, NEW),
     ("rm -rf -- /", DENY, NEW),
     ("rm -r /etc", DENY, NEW),
     ("rm -R ~", DENY, NEW),
@@ -415,6 +418,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("for x in; do", ASK, PLAIN),
     ("source <(cat env.sh)", ASK, PLAIN),
     ("sudo $CMD", ASK, PLAIN),
+    ("for c in *.sh; do $c; done", ASK, PLAIN),
     ("xargs -I{} $TOOL {} < list", ASK, PLAIN),
 
     # --- ordinary commands stay allowed
@@ -529,6 +533,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("echo $(date) > build.log", OK, PLAIN),
     ("for f in *.txt; do wc -l \"$f\"; done", OK, PLAIN),
     ("for d in build dist; do rm -rf \"$d\"; done", OK, PLAIN),
+    ("for c in ls pwd; do $c; done", OK, PLAIN),
     ("for f in *.o *.a; do rm $f; done", OK, PLAIN),
     ("for d in {build,dist}; do rm -rf ./$d; done", OK, PLAIN),
     ("for i in {1..5}; do echo $i; done", OK, PLAIN),

@@ -506,6 +506,8 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
         out.commands.append(command)
         if shape and (UNKNOWN in shape[0] or UNKNOWN_QUOTED in shape[0]):
             out.unknown.append(f"the command name {leaf[0]!r} is only known when it runs")
+        elif shape and "$" in leaf[0] and shape[0] != escape(leaf[0]):
+            _each_program(leaf, shape, redirects, sub_programs, depth, out)
         if command.program in SHELLS and len(leaf) > 1 and not shell_script(leaf)[1] and shape:
             script_word = next((p for a, p in zip(leaf[1:], shape[1:]) if not a.startswith(("-", "+"))), "")
             if script_word[:1] in (UNKNOWN, UNKNOWN_QUOTED) and "<(" in " ".join(leaf):
@@ -522,6 +524,20 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
     for inner in extra:
         _expand_argv(inner, (), frozenset(), depth + 1, out)
     return command
+
+
+def _each_program(leaf: tuple[str, ...], shape: tuple[str, ...], redirects: tuple[tuple[str, str], ...],
+                  sub_programs: frozenset[str], depth: int, out: Analysis) -> None:
+    """``for c in ls rm; do $c …; done``: the command as each program it may be."""
+    from agent_code.policy.denylist import brace_alternatives  # the deny list imports this module
+
+    alternatives = brace_alternatives(shape[0], limit=16)
+    if any(UNKNOWN in a or re.search(r"(?<!\\)[*?[]", a) for a in alternatives):
+        out.unknown.append(f"the command name {leaf[0]!r} is only known when it runs")
+        return
+    for alternative in alternatives:
+        name = re.sub(r"\\(.)", r"\1", alternative)
+        _expand_argv((name, *leaf[1:]), redirects, sub_programs, depth + 1, out, (alternative, *shape[1:]))
 
 
 def analyze(text: str) -> Analysis:

@@ -358,11 +358,11 @@ def _splits(pattern: str) -> bool:
 def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program != "rm":
         return None
-    if inv.has_flag("--no-preserve-root"):
-        return "rm --no-preserve-root"
     shape = normalize(_patterns(c), paths=False)
+    if inv.has_flag("--no-preserve-root") or shape.has_flag("--no-preserve-root"):
+        return "rm --no-preserve-root"
     target = next((op for op in shape.operands if possibly_protected(op, home)), None)
-    if inv.has_flag("-r") and target is not None:
+    if (inv.has_flag("-r") or shape.has_flag("-r")) and target is not None:
         return f"recursive removal of {_word(c, target)}" + _may(target)
     splitting = next((op for op in shape.operands if _splits(op)), None)
     if splitting is not None:
@@ -405,7 +405,7 @@ def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | Non
     if inv.program not in ("chmod", "chown", "chgrp", "chattr", "setfacl", "chcon"):
         return None
     shape = normalize(_patterns(c), paths=False)
-    recursive = inv.has_flag("-R") or inv.has_flag("-r") and inv.program != "chmod"
+    recursive = any(i.has_flag("-R") or i.has_flag("-r") and inv.program != "chmod" for i in (inv, shape))
     mode_as_flag = inv.program == "chmod" and any(re.fullmatch(r"-[rwxXst]", n) for n, _ in inv.flags)
     takes_first = inv.program in ("chmod", "chown", "chgrp", "chattr") and not mode_as_flag
     paths = shape.operands[1:] if takes_first else shape.operands
