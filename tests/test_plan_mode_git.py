@@ -285,6 +285,18 @@ def test_the_shim_alone_runs_no_program_the_config_names(world, command, monkeyp
     assert markers(world) == [], output
 
 
+def test_exported_functions_and_shell_options_from_the_environment_do_not_stand_in(world, monkeypatch):
+    """An exported bash function named git would bypass the shim; xtrace with a PS4 holding a
+    command substitution runs it before every command."""
+    marker = world["markers"]
+    monkeypatch.setenv("BASH_FUNC_git%%", f"() {{ touch '{marker}/function-git'; }}")
+    monkeypatch.setenv("SHELLOPTS", "xtrace")
+    monkeypatch.setenv("PS4", f"$(touch '{marker}/ps4')+ ")
+    got = run_agent(world, ["git status --short", "ls"], "plan")
+    assert all(ran(r) for r in got.values()) and "a.txt" in got["git status --short"]["content"]
+    assert markers(world) == []
+
+
 def test_a_relative_path_entry_cannot_bring_a_program_from_the_project(world, monkeypatch):
     (world["project"] / "tree").write_text(f"#!/bin/sh\ntouch '{world['markers']}/project-tree'\n")
     (world["project"] / "tree").chmod(0o755)

@@ -70,11 +70,15 @@ def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 # removed from a read-only command's environment: each can make a reader run a program
-# (git -c, external diff, ssh, askpass, editors, a script bash sources, rg's config file)
+# (git -c, external diff, ssh, askpass, editors, a script bash sources, rg's config file,
+# xtrace with a PS4 that substitutes a command)
 READ_ONLY_DROPPED = ("GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_EXTERNAL_DIFF", "GIT_SSH",
                      "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
                      "EDITOR", "VISUAL", "BASH_ENV", "ENV", "RIPGREP_CONFIG_PATH", "GREP_OPTIONS", "LESSOPEN",
-                     "LESSCLOSE", "GIT_EXEC_PATH", "GIT_TRACE2", "GIT_TRACE2_EVENT", "GIT_TRACE2_PERF")
+                     "LESSCLOSE", "GIT_EXEC_PATH", "GIT_TRACE2", "GIT_TRACE2_EVENT", "GIT_TRACE2_PERF",
+                     "SHELLOPTS", "BASHOPTS", "PS4")
+# exported bash functions (BASH_FUNC_git%%=() { …; }) would stand in for git or ls
+READ_ONLY_DROPPED_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_")
 _shims: dict[tuple[str, str], Path] = {}
 
 
@@ -100,7 +104,7 @@ def read_only_env(environ: Mapping[str, str]) -> dict[str, str]:
     without what can name a program, with git's executable config neutralised by the shim."""
     real_git = environ.get(readonly_git.REAL_GIT_VAR)  # already under a shim: keep the real one
     env = {k: v for k, v in scrubbed_env(environ).items()
-           if k not in READ_ONLY_DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+           if k not in READ_ONLY_DROPPED and not k.startswith(READ_ONLY_DROPPED_PREFIXES)}
     env.update(GIT_PAGER="cat", PAGER="cat", MANPAGER="cat", GIT_EDITOR="false", GIT_SEQUENCE_EDITOR="false",
                GIT_OPTIONAL_LOCKS="0", GIT_ALLOW_PROTOCOL="none", GIT_NO_LAZY_FETCH="1", GIT_TERMINAL_PROMPT="0")
     # only absolute PATH entries: an empty or relative one would find programs in the project
