@@ -535,7 +535,66 @@ def test_an_invalid_changed_file_is_an_error_naming_it(box):
     assert not (box.project / "pwned").exists()
 
 
+def test_a_hook_script_changed_by_a_session_does_not_run_until_accepted(box):
+    marker, ok = box.tmp / "hook-ran", box.tmp / "fine"
+    hooks = box.project / ".agent/hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "stop.sh").write_text(f"touch {ok}\n")
+    (box.project / ".agent/settings.json").write_text(json.dumps({"hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "bash .agent/hooks/stop.sh"}]}],
+        "PostToolUse": [{"hooks": [{"type": "command", "command": "./lint.sh >&2 || true"}]}]}}))
+    proc, _, _ = box.probe()
+    assert ok.exists() and proc.stderr == "", proc.stderr
+    ok.unlink()
+    # the session rewrites the script, and creates the one the other hook names
+    box.run(bash("w1", f"printf 'touch {marker}\\n' > .agent/hooks/stop.sh && "
+                       f"printf '#!/bin/sh\\ntouch {marker}\\n' > lint.sh && chmod +x lint.sh"),
+            flags=("--permission-mode", "bypassPermissions"))
+    assert str(marker) in (hooks / "stop.sh").read_text() and (box.project / "lint.sh").exists()
+    # (within that session its hooks ran the new scripts already: a hook runs the file as it
+    # is — the next session is what the trust store guards)
+    marker.unlink(missing_ok=True)
+    ok.unlink(missing_ok=True)
+    proc, _, _ = box.probe()
+    assert not marker.exists() and not ok.exists(), proc.stderr
+    assert "hook script .agent/hooks/stop.sh: changed since you accepted" in proc.stderr
+    assert "hook script ./lint.sh: created since you accepted" in proc.stderr
+    assert "without the hooks that run a changed script" in proc.stderr
+    shown = accept_on_terminal(box)
+    assert "hook script .agent/hooks/stop.sh: changed" in shown
+    box.probe()
+    assert marker.exists()
+
+
+def test_hooks_that_write_files_are_not_changes(box):
+    marker = box.tmp / "hook-ran"
+    (box.project / ".agent").mkdir()
+    (box.project / LOCAL).write_text(json.dumps({"hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": f"touch {marker}; cat > payload.json; date >> log.txt"}]}]}}))
+    for _ in range(3):
+        proc, _, _ = box.probe()
+        assert marker.exists() and proc.stderr == "", proc.stderr
+
+
 # --- the pieces -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, scripts", [
+    ("./check.sh", ["./check.sh"]),
+    ("python3 -u .agent/hooks/stop.py arg", [".agent/hooks/stop.py"]),
+    ('"$CLAUDE_PROJECT_DIR"/.claude/hooks/x.sh --fast', ["$CLAUDE_PROJECT_DIR/.claude/hooks/x.sh"]),
+    ("FOO=1 env BAR=2 bash run.sh", ["run.sh"]),
+    ("source env.sh && ./a.sh&&./b.sh; (sh ./c.sh) | ~/bin/d", ["env.sh", "./a.sh", "./b.sh", "./c.sh", "~/bin/d"]),
+    ("cat > /tmp/p.json; echo hi >&2; exit 2", []),
+    ("pytest -q >&2 || exit 2", []),
+    ('bash -c "./x.sh"', []),
+    ("touch /tmp/marker < ./in.sh", []),
+    ("unbalanced 'quote", []),
+])
+def test_command_scripts(command, scripts):
+    from agent_code.agent.trust import command_scripts
+
+    assert command_scripts(command) == scripts
+
 
 def test_summarize_names_the_keys_that_matter():
     old = json.dumps({"permissions": {"allow": ["a"], "deny": ["bash(rm:*)"], "defaultMode": "plan"}, "x": 1})

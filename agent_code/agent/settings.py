@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
-from agent_code.agent.trust import TRUST_DIR, Change, Review, SettingsFile, TrustStore, read_version, review
+from agent_code.agent.trust import (TRUST_DIR, Change, Review, SettingsFile, TrustStore, drop_hooks_running,
+                                    hook_scripts, read_version, review)
 from agent_code.policy import RuleSet
 from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
 
@@ -186,10 +187,12 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
     :class:`SettingsError` for a file that cannot be used — before anything is recorded."""
     files = current_settings(root, home)
     parsed: dict[str, dict[str, Any] | None] = {}
+    home_dir = _real(home or Path.home())
     for f in files:
         parsed[f.key] = parse_settings_text(f.text, f.label)
         if parsed[f.key] is not None:
             merge_settings([(f.label, parsed[f.key])])  # check rules, mode and hooks now
+            f.scripts = hook_scripts(parsed[f.key], _real(Path(root)), home_dir)
     found = review(files, trust_store(home), project_ran_before=project_ran_before(root, current_session),
                    record_first_sight=record_first_sight)
     return found, parsed
@@ -238,7 +241,7 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
         change = found.change_of(f.key)
         if change is not None and accept is not None and accept(change):
             try:
-                store.put(f.key, f.text, "accepted")
+                store.put(f.key, f.text, "accepted", f.scripts)
             except OSError as exc:
                 warn(f"{f.label} is used in this session, but its acceptance could not be saved in "
                      f"{store.dir} ({exc.strerror or exc}); you will be asked again")
@@ -249,12 +252,19 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
             continue
         unaccepted.append(f.label)
         trusted = parse_settings_text(change.trusted_text, f"{f.label} (last accepted version)")
+        # its hooks that run a script changed since it was accepted do not run
+        accepted_scripts = change.record.scripts if change.record is not None else {}
+        scripts_now = hook_scripts(trusted, _real(Path(root)), _real(home or Path.home()))
+        changed_scripts = {t for t in set(accepted_scripts) | set(scripts_now)
+                           if accepted_scripts.get(t) != scripts_now.get(t)}
+        trusted = drop_hooks_running(trusted, changed_scripts)
         if trusted is not None:
             layers.append((f"{f.label} (last accepted version)", trusted))
-        restricting = restricting_part(data)
+        restricting = restricting_part(data) if change.kind != "scripts" else None
         if restricting is not None:
             layers.append((f"{f.label} (deny and ask rules of the unaccepted version)", restricting))
         used = (("the version you last accepted" if trusted is not None else "none of it")
+                + (" without the hooks that run a changed script" if changed_scripts and trusted is not None else "")
                 + (", plus the new version's deny and ask rules" if restricting else ""))
         if accept is not None:  # asked, and declined
             warn(f"{f.label} not accepted: this session uses {used}; you will be asked again at the next start.")

@@ -22,6 +22,11 @@ A file version is trusted when
   included, so a file created or changed while a session ran is never first sight, and a
   deleted record is noticed (its sibling's record, or the project's sessions, remain).
 
+A trusted version includes the hook scripts it runs: the digest of each file a hook command
+names directly (``./check.sh``, ``bash .agent/hooks/stop.sh``; see :func:`command_scripts`).
+A changed, created or removed script is a change to accept too; until then the hooks that
+run it do not run.
+
 Any other version — changed, created, removed, or unrecorded — needs acceptance, whoever
 made it: the user's own hand edits too (the message says how to accept them). Until then
 the **last accepted version** is used instead (none for a new file), together with the
@@ -99,6 +104,7 @@ class Record:
     key: str
     digest: str
     content: str | None      # the accepted text; None: the file was absent (or the record is unreadable)
+    scripts: dict[str, str] = field(default_factory=dict)  # the hook scripts it names → their digests
     how: str = ""
     at: str = ""
     readable: bool = True    # False: a damaged record — evidence that a session ran, trusting nothing
@@ -124,13 +130,16 @@ class TrustStore:
         try:
             data = json.loads(raw)
             content = data["content"]
+            scripts = data.get("scripts", {})
             if (not isinstance(data, dict) or data.get("path") != key
                     or not (content is None or isinstance(content, str))
-                    or data.get("digest") != version_digest(content)):
+                    or data.get("digest") != version_digest(content)
+                    or not isinstance(scripts, dict)
+                    or not all(isinstance(k, str) and isinstance(v, str) for k, v in scripts.items())):
                 raise ValueError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return Record(key, "", None, readable=False)
-        return Record(key, data["digest"], content, str(data.get("how", "")), str(data.get("at", "")))
+        return Record(key, data["digest"], content, dict(scripts), str(data.get("how", "")), str(data.get("at", "")))
 
     def has_any(self) -> bool:
         try:
@@ -138,10 +147,12 @@ class TrustStore:
         except OSError:
             return False
 
-    def put(self, key: str, content: str | None, how: str) -> None:
-        """Record ``content`` as the trusted version of ``key``; raises OSError."""
+    def put(self, key: str, content: str | None, how: str, scripts: dict[str, str] | None = None) -> None:
+        """Record ``content`` (and the digests of the hook scripts it names) as the trusted
+        version of ``key``; raises OSError."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        record = {"path": key, "digest": version_digest(content), "content": content, "how": how,
+        record = {"path": key, "digest": version_digest(content), "content": content, "scripts": scripts or {},
+                  "how": how,
                   "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".record-", suffix=".tmp")
         try:
@@ -166,6 +177,7 @@ class SettingsFile:
     key: str                 # the trust store's key
     group: str               # "user" or "project": first sight is decided per group
     text: str | None         # the current text; None: absent
+    scripts: dict[str, str] = field(default_factory=dict)  # hook scripts its hooks name → digests now
 
     @property
     def digest(self) -> str:
@@ -178,7 +190,7 @@ class Change:
 
     file: SettingsFile
     record: Record | None    # the last accepted version (None: no record)
-    kind: str                # changed, created, removed, unrecorded
+    kind: str                # changed, created, removed, unrecorded, scripts (only hook scripts changed)
 
     @property
     def trusted_text(self) -> str | None:
@@ -190,13 +202,16 @@ class Change:
             "changed": f"{label} changed since you last accepted it",
             "created": f"{label} is new since you last accepted the settings (it did not exist)",
             "removed": f"{label} was removed since you last accepted it",
+            "scripts": f"{label} is as you accepted it, but a hook script it runs changed",
             "unrecorded": f"{label} has no usable trust record, but a session ran here before (was the file "
                           "created by one, or the record deleted?)",
         }[self.kind]
 
     def summary(self) -> list[str]:
-        """What changed in the keys that matter (see :func:`summarize`)."""
-        return summarize(self.trusted_text, self.file.text)
+        """What changed in the keys that matter (see :func:`summarize`) and in the hook scripts."""
+        lines = summarize(self.trusted_text, self.file.text) if self.kind != "scripts" else []
+        before = self.record.scripts if self.record is not None else {}
+        return lines + script_changes(before, self.file.scripts)
 
 
 @dataclass
@@ -235,12 +250,14 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: 
                 out.first_sight.append(f.label)
                 if record_first_sight:
                     try:
-                        store.put(f.key, f.text, "first sight")
+                        store.put(f.key, f.text, "first sight", f.scripts)
                     except OSError as exc:
                         if not out.warnings:
                             out.warnings.append(store_warning(store, exc))
                 continue
             if record.readable and record.digest == f.digest:
+                if record.scripts != f.scripts:
+                    out.changes.append(Change(f, record, "scripts"))
                 continue
             if not record.readable:
                 if f.text is None:
@@ -329,3 +346,153 @@ def _hook_lines(matchers: Any) -> list[str]:
             command = spec.get("command") if isinstance(spec, dict) else None
             out.append(f"[{_short(pattern, 40)}] {_short(command if isinstance(command, str) else spec)}")
     return out
+
+
+# --- hook scripts ---------------------------------------------------------------------
+# A trusted hook that runs ``./check.sh`` or ``python .agent/hooks/stop.py`` runs whatever
+# that file holds now: the files a hook command runs directly are part of the trusted
+# version (their digests), so a changed script is a change to accept, and until then the
+# hooks naming it do not run. Only files named in the command itself are followed: a path
+# in command position (``./x.sh``, ``$CLAUDE_PROJECT_DIR/x.sh``, ``~/bin/x``), or the script
+# argument of an interpreter (``bash x.sh``, ``python3 -u x.py``, ``source x``); not what a
+# program reads on its own (``pytest`` runs conftest.py: not covered).
+
+INTERPRETERS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish", "python", "python3", "node", "deno", "bun",
+                          "ruby", "perl", "php", "lua", "source", ".", "Rscript"})
+WRAPPERS = frozenset({"env", "exec", "nohup", "command", "builtin", "time", "nice", "xargs", "sudo"})
+CODE_FLAGS = frozenset({"-c", "-e", "-m", "--eval", "-E", "--command"})
+PROJECT_VARS = ("AGENT_CODE_PROJECT_DIR", "CLAUDE_PROJECT_DIR")
+MAX_SCRIPT_BYTES = 64 << 20
+
+
+def hook_commands(data: dict[str, Any] | None) -> list[str]:
+    """Every hook command string of a settings object (any shape: unknown parts skipped)."""
+    hooks = (data or {}).get("hooks")
+    out = []
+    for matchers in hooks.values() if isinstance(hooks, dict) else []:
+        for matcher in matchers if isinstance(matchers, list) else []:
+            specs = matcher.get("hooks") if isinstance(matcher, dict) else None
+            for spec in specs if isinstance(specs, list) else []:
+                if isinstance(spec, dict) and isinstance(spec.get("command"), str):
+                    out.append(spec["command"])
+    return out
+
+
+def command_scripts(command: str) -> list[str]:
+    """The words of a hook command that name a file it runs (see above), as written."""
+    import shlex
+
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return []
+    out: list[str] = []
+    expect_command, after_interpreter, skip = True, False, False
+    for token in tokens:
+        if skip:
+            skip = False
+            continue
+        if token.rstrip("&|") and all(c in "<>" for c in token.rstrip("&|")):
+            skip = True  # a redirection's file: data, not a script
+            continue
+        if token and all(c in ";&|()" for c in token):
+            expect_command, after_interpreter = True, False
+            continue
+        if expect_command:
+            name, eq, _ = token.partition("=")
+            if eq and name.isidentifier():
+                continue  # VAR=value before the command
+            if "/" in token:
+                out.append(token)
+            base = token.rsplit("/", 1)[-1]
+            expect_command = base in WRAPPERS
+            after_interpreter = base in INTERPRETERS
+            continue
+        if after_interpreter:
+            if token in CODE_FLAGS:
+                after_interpreter = False
+            elif not token.startswith("-"):
+                out.append(token)
+                after_interpreter = False
+    return out
+
+
+def script_path(token: str, root: Path, home: Path) -> Path | None:
+    """The file a script word names, with the hook's variables put in; None if unknown."""
+    for var, value in [*((v, root) for v in PROJECT_VARS), ("HOME", home)]:
+        for form in (f"${var}/", f"${{{var}}}/"):
+            if token.startswith(form):
+                token = f"{value}/{token[len(form):]}"
+    if token.startswith("~/"):
+        token = f"{home}/{token[2:]}"
+    if "$" in token or "`" in token or any(c in token for c in "*?["):
+        return None
+    path = Path(token)
+    return path if path.is_absolute() else Path(root) / path
+
+
+def file_digest(path: Path) -> str | None:
+    """``sha256:…`` of a regular file (through symlinks); None if it is not one."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest, size = hashlib.sha256(), 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_SCRIPT_BYTES:
+                return f"size>{MAX_SCRIPT_BYTES}"
+            digest.update(chunk)
+        return "sha256:" + digest.hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def hook_scripts(data: dict[str, Any] | None, root: Path, home: Path) -> dict[str, str]:
+    """The files the hooks of a settings object run → their digests (``absent`` for a named
+    file that does not exist: one that appears later is a change too)."""
+    out: dict[str, str] = {}
+    for command in hook_commands(data):
+        for token in command_scripts(command):
+            path = script_path(token, root, home)
+            if path is not None:
+                out[token] = file_digest(path) or ABSENT
+    return out
+
+
+def script_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    lines = []
+    for token in sorted(set(before) | set(after)):
+        old, new = before.get(token), after.get(token)
+        if old != new and old is not None and new is not None:
+            state = ("created" if old == ABSENT else "removed" if new == ABSENT else "changed")
+            lines.append(f"hook script {token}: {state} since you accepted the settings")
+    return lines
+
+
+def drop_hooks_running(data: dict[str, Any] | None, tokens: set[str]) -> dict[str, Any] | None:
+    """``data`` without the hook commands that run one of ``tokens`` (a copy; None for None)."""
+    if data is None or not tokens or not isinstance(data.get("hooks"), dict):
+        return data
+    hooks: dict[str, Any] = {}
+    for event, matchers in data["hooks"].items():
+        kept_matchers = []
+        for matcher in matchers if isinstance(matchers, list) else []:
+            specs = matcher.get("hooks") if isinstance(matcher, dict) else None
+            if not isinstance(specs, list):
+                kept_matchers.append(matcher)
+                continue
+            kept = [spec for spec in specs if not (isinstance(spec, dict) and isinstance(spec.get("command"), str)
+                                                   and tokens & set(command_scripts(spec["command"])))]
+            if kept:
+                kept_matchers.append({**matcher, "hooks": kept})
+        hooks[event] = kept_matchers
+    return {**data, "hooks": hooks}

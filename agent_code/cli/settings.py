@@ -86,7 +86,7 @@ def accept(cwd: Optional[Path] = CWD) -> None:
             print(f"{change.file.label}: not accepted")
             continue
         try:
-            store.put(change.file.key, change.file.text, "accepted")
+            store.put(change.file.key, change.file.text, "accepted", change.file.scripts)
         except OSError as exc:
             print(f"agent-code settings: error: cannot save the acceptance in {store.dir}: "
                   f"{exc.strerror or exc}", file=sys.stderr)
