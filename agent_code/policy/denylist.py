@@ -676,8 +676,8 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
         program = command.program
-        writes = bool(command.redirects) or (len(command.argv) > 1 and _OUTPUT_WORD.search(
-            "\n".join(command.argv[1:])) is not None)
+        writes = any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS for op, target in command.redirects) \
+            or (len(command.argv) > 1 and _OUTPUT_WORD.search("\n".join(command.argv[1:])) is not None)
         checks = _checks_for(program, writes)
         if not checks:
             continue
@@ -694,6 +694,7 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 yield Hit(rule, reason, _shown(command))
 
 
+_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "0", "1", "2", "-"})
 _OUTPUT_WORD = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
 _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",

@@ -57,6 +57,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -103,6 +104,7 @@ class Rule:
         return self.text
 
 
+@lru_cache(maxsize=1024)
 def parse_command_pattern(spec: str) -> CommandPattern:
     """``git diff:*`` → program git, operands (diff,), prefix; raises :class:`RuleError`."""
     text = spec.strip()
