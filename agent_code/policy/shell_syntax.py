@@ -12,8 +12,10 @@ Each :class:`Word` also carries a ``pattern``: its text as the shell would expan
 with literal (quoted or escaped) glob and brace characters escaped by a backslash and
 every expansion whose value is only known when it runs (``$x``, ``${…}``, ``$(…)``,
 ``$((…))``, ``<(…)``) replaced by :data:`UNKNOWN` (unquoted: it may split into several
-words) or :data:`UNKNOWN_QUOTED` (one word). The deny list reads patterns; rules read
-the text.
+words) or :data:`UNKNOWN_QUOTED` (one word). Two values are known without running
+anything: ``$(echo WORDS)`` with literal words is its output, and inside ``for d in a b;
+do … done`` over literal words (a body that does not assign ``d``) ``$d`` is the brace
+pattern ``{a,b}``. The deny list reads patterns; rules read the text.
 
 tree-sitter recovers from syntax errors: what it could not read is listed in
 ``Script.errors`` (the words inside an error are still grouped into commands, so the
