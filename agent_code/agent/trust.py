@@ -290,9 +290,22 @@ def _parse(text: str | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def visible(text: str) -> str:
+    """``text`` with control and format characters escaped (``\\x1b``, ``\\u202e``): what is
+    shown for acceptance cannot move the cursor, erase lines or reorder itself on screen."""
+    import unicodedata
+
+    return "".join(ch if unicodedata.category(ch)[0] != "C" else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000
+                    else f"\\U{ord(ch):08x}") for ch in text)
+
+
+def _short(value: Any, limit: int = 600) -> str:
+    """A rule, hook command or key as shown for acceptance: escaped (:func:`visible`), and cut
+    only with a count of what was left out (a long command cannot hide its tail)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":")) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = visible(text)
+    return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit} more characters)"
 
 
 def summarize(old_text: str | None, new_text: str | None) -> list[str]:
@@ -307,8 +320,8 @@ def summarize(old_text: str | None, new_text: str | None) -> list[str]:
     old_p = old.get("permissions") if isinstance(old.get("permissions"), dict) else {}
     new_p = new.get("permissions") if isinstance(new.get("permissions"), dict) else {}
     if old_p.get("defaultMode") != new_p.get("defaultMode"):
-        lines.append(f"permissions.defaultMode: {old_p.get('defaultMode') or '(unset)'} → "
-                     f"{new_p.get('defaultMode') or '(unset)'}")
+        lines.append(f"permissions.defaultMode: {_short(old_p.get('defaultMode') or '(unset)')} → "
+                     f"{_short(new_p.get('defaultMode') or '(unset)')}")
     for behavior in ("allow", "ask", "deny"):
         before = [_short(r) for r in old_p.get(behavior, [])] if isinstance(old_p.get(behavior), list) else []
         after = [_short(r) for r in new_p.get(behavior, [])] if isinstance(new_p.get(behavior), list) else []
@@ -319,13 +332,13 @@ def summarize(old_text: str | None, new_text: str | None) -> list[str]:
     for event in sorted(set(old_h) | set(new_h)):
         before = _hook_lines(old_h.get(event))
         after = _hook_lines(new_h.get(event))
-        lines += [f"hooks.{event}: + {h}" for h in after if h not in before]
-        lines += [f"hooks.{event}: - {h}" for h in before if h not in after]
+        lines += [f"hooks.{_short(event, 80)}: + {h}" for h in after if h not in before]
+        lines += [f"hooks.{_short(event, 80)}: - {h}" for h in before if h not in after]
     others = sorted({k for k in set(old) | set(new) if k not in ("permissions", "hooks") and old.get(k) != new.get(k)}
                     | {f"permissions.{k}" for k in set(old_p) | set(new_p)
                        if k not in ("allow", "ask", "deny", "defaultMode") and old_p.get(k) != new_p.get(k)})
     if others:
-        lines.append("other keys changed: " + ", ".join(others))
+        lines.append("other keys changed: " + ", ".join(_short(k, 80) for k in others))
     if not lines and old_text != new_text:
         lines.append("(no change to permissions or hooks: layout or formatting only)")
     return lines
@@ -474,7 +487,7 @@ def script_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
         old, new = before.get(token), after.get(token)
         if old != new and old is not None and new is not None:
             state = ("created" if old == ABSENT else "removed" if new == ABSENT else "changed")
-            lines.append(f"hook script {token}: {state} since you accepted the settings")
+            lines.append(f"hook script {_short(token)}: {state} since you accepted the settings")
     return lines
 
 
