@@ -201,7 +201,9 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
 def accept_hint(root: Path) -> str:
     import shlex
 
-    return (f"if you made it, accept it in a terminal: agent-code settings accept -C {shlex.quote(str(root))} "
+    from agent_code.agent.trust import visible
+
+    return (f"if you made it, accept it in a terminal: agent-code settings accept -C {visible(shlex.quote(str(root)))} "
             "(or start the REPL there)")
 
 
