@@ -97,6 +97,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "unshare": _w("--map-user --map-group --propagation --setgroups"),
     "firejail": _w(),
     "parallel": _w("-j --jobs -S --sshlogin --delay --timeout"),
+    "npx": _w("-p --package -c --call"), "bunx": _w("-p --package"), "pnpx": _w(),
     "then": _w(), "do": _w(), "else": _w(), "!": _w(),
 }
 
@@ -288,6 +289,14 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
                 elif a.startswith("--command="):
                     scripts.append(a.split("=", 1)[1])
             return chain, None, scripts, extra
+        if name == "ssh":  # the remote command is a script (and the host may be this one)
+            chain.append((argv, name, True))
+            k = 1
+            while k < len(argv) and argv[k].startswith("-"):
+                k += 2 if argv[k] in SSH_VALUE_OPTIONS else 1
+            if k + 1 < len(argv):
+                scripts.append(" ".join(argv[k + 1:]))
+            return chain, None, scripts, extra
         if name == "watch":
             chain.append((argv, name, False))
             start = _skip_options(argv, frozenset({"-n", "--interval", "-q", "--equexit"}), 0)
@@ -317,7 +326,8 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
 
 
 _UNWRAPPED = frozenset(WRAPPERS) | SHELLS | {"{", "}", "(", ")", "coproc", "trap", "alias", "script", "env", "eval",
-                                           "su", "runuser", "watch", "find"}
+                                           "su", "runuser", "watch", "find", "ssh"}
+SSH_VALUE_OPTIONS = frozenset("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B".split())
 
 
 def _split(text: str) -> list[str]:
@@ -403,21 +413,20 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not stage.words and redirects:
         out.commands.append(Command((), redirects))
-    if leaf is not None and (leaf.program in SHELLS or leaf.program in ("source", ".")) and \
-            _reads_script_from_stdin(leaf):
+    if leaf is not None and leaf.program in STDIN_SCRIPT_READERS and _reads_script_from_stdin(leaf):
         # a shell reading its script from stdin: here-strings, here-documents, echo |
         fed_by_redirect = False
         for op, target in stage.redirects:
             if op == "<<<":
-                _walk(target.text, depth + 1, out)
+                _walk(_script_for(leaf, target.text), depth + 1, out)
                 fed_by_redirect = True
             elif op in ("<<", "<<-") and target.heredoc is not None:
-                _walk(target.heredoc, depth + 1, out)
+                _walk(_script_for(leaf, target.heredoc), depth + 1, out)
                 fed_by_redirect = True
             elif op == "<":
                 fed_by_redirect = True  # a script file, like `bash script.sh`
         if previous is not None and not fed_by_redirect:
-            _feed(previous, depth, out)
+            _feed(previous, depth, out, leaf)
     return leaf
 
 
@@ -426,16 +435,37 @@ def _reads_script_from_stdin(leaf: Command) -> bool:
         return shell_script(leaf.argv)[1]
     if leaf.program in ("source", "."):
         return len(leaf.argv) > 1 and leaf.argv[1] in STDIN_FILES
+    if leaf.program in ("at", "batch"):  # a script run later
+        return not any(a in ("-l", "-r", "-d", "-c", "-f", "-V") for a in leaf.argv[1:])
+    if leaf.program == "crontab":  # a crontab from stdin: its commands run later
+        return (len(leaf.argv) == 1 or leaf.argv[-1] == "-") and not any(a in ("-l", "-r", "-e") for a in leaf.argv)
     return False
 
 
-def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis) -> None:
+def _script_for(leaf: Command, text: str) -> str:
+    """What ``leaf`` runs of the ``text`` fed to it: a crontab's lines without their times."""
+    if leaf.program != "crontab":
+        return text
+    lines = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", line):
+            continue
+        fields = line.split(None, 1 if line.startswith("@") else 5)
+        lines.append(fields[-1] if len(fields) > (1 if line.startswith("@") else 5) else "")
+    return "\n".join(lines)
+
+
+STDIN_SCRIPT_READERS = frozenset(SHELLS | {"source", ".", "at", "batch", "crontab"})
+
+
+def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis, reader: Command | None = None) -> None:
     """A shell reads its script from the stage before it: judge that script if it is
     literal text, else mark the line as holding what cannot be judged."""
     stage, leaf = previous
     fed = _literal_output(stage, leaf) if isinstance(stage, Simple) else None
     if fed is not None:
-        _walk(fed, depth + 1, out)
+        _walk(_script_for(reader, fed) if reader is not None else fed, depth + 1, out)
     elif leaf is None or leaf.program not in DOWNLOADING:  # downloads are the deny list's
         out.unknown.append("a shell runs a script piped from another command")
 

@@ -356,13 +356,13 @@ def _splits(pattern: str) -> bool:
 
 
 def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
-    if inv.program != "rm":
+    if inv.program not in ("rm", "rimraf"):
         return None
     shape = normalize(_patterns(c), paths=False)
     if inv.has_flag("--no-preserve-root") or shape.has_flag("--no-preserve-root"):
         return "rm --no-preserve-root"
     target = next((op for op in shape.operands if possibly_protected(op, home)), None)
-    if (inv.has_flag("-r") or shape.has_flag("-r")) and target is not None:
+    if (inv.has_flag("-r") or shape.has_flag("-r") or inv.program == "rimraf") and target is not None:
         return f"recursive removal of {_word(c, target)}" + _may(target)
     splitting = next((op for op in shape.operands if _splits(op)), None)
     if splitting is not None:
@@ -700,7 +700,7 @@ _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})
 _CHECK_PROGRAMS: dict[str, frozenset[str] | None] = {
-    "rm-protected": frozenset({"rm"}),
+    "rm-protected": frozenset({"rm", "rimraf"}),
     "find-delete": frozenset({"find"}),
     "sync-delete": frozenset({"rsync"}),
     "chmod-protected": frozenset({"chmod", "chown", "chgrp", "chattr", "setfacl", "chcon"}),
