@@ -107,8 +107,7 @@ def make_repo(path: Path, bin_dir: Path, markers: Path, tag: str) -> Path:
     return path
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
+def build_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """An armed repository ``project`` (with an armed submodule ``sub``) and a second armed
     repository ``other`` beside it; ``markers`` collects what the traps leave."""
     home = tmp_path / "home"
@@ -136,9 +135,33 @@ def world(tmp_path, monkeypatch):
         git(sub, "config", key, trap(bin_dir, markers, f"sub-{name}", body))
     (sub / "s.txt").write_text("sierra\nsierra2\n")
     other = make_repo(tmp_path / "other", bin_dir, markers, "other")
+    cli_trap = trap(bin_dir, markers, "cli-trap", "exit 1")  # for the spellings that name a program
+    for repo in (project, other):
+        git(repo, "config", "help.autocorrect", "immediate")  # a typo runs what it corrects to
+        git(repo, "config", "alias.stauts", "!" + cli_trap)
     for left in markers.iterdir():  # what setting up ran (git commit, submodule add) does not count
         left.unlink()
-    return {"project": project, "other": other, "markers": markers, "tmp": tmp_path}
+    return {"project": project, "other": other, "markers": markers, "tmp": tmp_path, "trap": cli_trap}
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A world of its own, for a test that changes it."""
+    return build_world(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def _shared_world(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        yield build_world(tmp_path_factory.mktemp("shared"), mp)
+
+
+@pytest.fixture
+def shared(_shared_world):
+    """One world for the tests that only read it (plan mode changes nothing), markers cleared."""
+    for left in _shared_world["markers"].iterdir():
+        left.unlink()
+    return _shared_world
 
 
 def run_agent(world, commands: list[str], mode: str) -> dict[str, dict]:
@@ -221,21 +244,22 @@ def test_default_mode_with_an_allow_rule_is_not_neutralised(world, tmp_path):
 
 
 @pytest.mark.parametrize("command", RUN_NEUTRALISED)
-def test_plan_mode_git_runs_no_program_the_repository_names(world, command):
+def test_plan_mode_git_runs_no_program_the_repository_names(shared, command):
     assert read_only_command_problem(command) is None, command
-    result = run_agent(world, [command], "plan")[command]
-    assert markers(world) == [], result["content"]
+    result = run_agent(shared, [command], "plan")[command]
+    assert markers(shared) == [], result["content"]
     assert ran(result), result["content"]
 
 
 @pytest.mark.parametrize("command", REFUSED)
-def test_plan_mode_refuses_git_that_writes_reaches_out_or_changes_what_git_runs(world, command):
-    result = run_agent(world, [command], "plan")[command]
+def test_plan_mode_refuses_git_that_writes_reaches_out_or_changes_what_git_runs(shared, command):
+    result = run_agent(shared, [command], "plan")[command]
     assert result["is_error"] and result["content"].startswith("Permission denied"), result["content"]
-    assert markers(world) == []
+    assert markers(shared) == []
 
 
-def test_plan_mode_output_is_the_plain_content(world):
+def test_plan_mode_output_is_the_plain_content(shared):
+    world = shared
     got = run_agent(world, ["git diff a.txt", "git diff b.bin", "git blame a.txt", "git -C ../other diff c.md"], "plan")
     assert "+alpha2" in got["git diff a.txt"]["content"] and "ALPHA" not in got["git diff a.txt"]["content"]
     assert "+bravo2" in got["git diff b.bin"]["content"] and "DRIVER" not in got["git diff b.bin"]["content"]
@@ -275,14 +299,11 @@ SECOND_WALL = [
 
 
 @pytest.mark.parametrize("command", SECOND_WALL)
-def test_the_shim_alone_runs_no_program_the_config_names(world, command, monkeypatch):
+def test_the_shim_alone_runs_no_program_the_config_names(shared, command, monkeypatch):
     from agent_code.tools.shell import run_command
-    trap_path = trap(world["tmp"] / "bin", world["markers"], "cli-trap", "exit 1")
-    monkeypatch.setenv("TRAP_PAGER", trap_path)
-    git(world["project"], "config", "help.autocorrect", "immediate")
-    git(world["project"], "config", "alias.stauts", "!" + trap_path)
-    output, status = run_command(command.format(trap=trap_path), world["project"], 60, read_only_env(os.environ))
-    assert markers(world) == [], output
+    monkeypatch.setenv("TRAP_PAGER", shared["trap"])
+    output, status = run_command(command.format(trap=shared["trap"]), shared["project"], 60, read_only_env(os.environ))
+    assert markers(shared) == [], output
 
 
 def test_exported_functions_and_shell_options_from_the_environment_do_not_stand_in(world, monkeypatch):
