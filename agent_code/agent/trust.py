@@ -18,9 +18,10 @@ A file version is trusted when
 * **first sight**: the file has no record and nothing shows that a session ran with it
   before. For the project's files: neither has a record and ``.agent/sessions/`` holds no
   session but the one starting; for ``~/.agent-code/settings.json``: the store holds no
-  record at all and the project no earlier session. Every session start records all three files this way, absent ones
-  included, so a file created or changed while a session ran is never first sight, and a
-  deleted record is noticed (its sibling's record, or the project's sessions, remain).
+  record at all and the project no earlier session. That first start records all three
+  files, absent ones included, so a file created or changed while a session ran is never
+  first sight, and a deleted record is noticed (its sibling's record, or the project's
+  sessions, remain).
 
 A trusted version includes the hook scripts it runs: the digest of each file a hook command
 names directly (``./check.sh``, ``bash .agent/hooks/stop.sh``; see :func:`command_scripts`).
@@ -211,7 +212,7 @@ class Change:
         """What changed in the keys that matter (see :func:`summarize`) and in the hook scripts."""
         lines = summarize(self.trusted_text, self.file.text) if self.kind != "scripts" else []
         before = self.record.scripts if self.record is not None else {}
-        return lines + script_changes(before, self.file.scripts)
+        return lines + script_changes(before, self.file.scripts, unrecorded=self.kind == "scripts")
 
 
 @dataclass
@@ -481,13 +482,20 @@ def hook_scripts(data: dict[str, Any] | None, root: Path, home: Path) -> dict[st
     return out
 
 
-def script_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+def script_changes(before: dict[str, str], after: dict[str, str], unrecorded: bool = True) -> list[str]:
+    """One line per hook script whose digest differs; ``unrecorded``: also those the record
+    does not name (a new hook line already shows them otherwise)."""
     lines = []
     for token in sorted(set(before) | set(after)):
         old, new = before.get(token), after.get(token)
-        if old != new and old is not None and new is not None:
-            state = ("created" if old == ABSENT else "removed" if new == ABSENT else "changed")
-            lines.append(f"hook script {_short(token)}: {state} since you accepted the settings")
+        if old == new or new is None:
+            continue  # (a script only the old version ran: the hook line says it went)
+        if old is None:
+            if unrecorded:
+                lines.append(f"hook script {_short(token)}: not in the accepted record")
+            continue
+        state = ("created" if old == ABSENT else "removed" if new == ABSENT else "changed")
+        lines.append(f"hook script {_short(token)}: {state} since you accepted the settings")
     return lines
 
 
