@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import NamedTuple, Union
 
 import tree_sitter
@@ -71,6 +71,9 @@ class Word(NamedTuple):
     def dynamic(self) -> bool:
         """Whether its value is only known when it runs (a parameter, substitution …)."""
         return UNKNOWN in self.pattern or UNKNOWN_QUOTED in self.pattern
+
+
+_new_word = partial(tuple.__new__, Word)  # Word(...) without the keyword handling
 
 
 class Simple(NamedTuple):
@@ -185,6 +188,8 @@ SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution",
                         "arithmetic_expansion"})
 REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_LOOSE_WORDS = frozenset({"word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
+                          "command_substitution", "ansi_c_string", "number"})
 _BRACE_COMMA = re.compile(r"(?<!\\),")
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
@@ -227,6 +232,28 @@ class _Reader:
     def container(self, node: Node, acc: _Acc) -> None:
         """The statements among ``node``'s children; loose words (inside an ERROR) are
         grouped into commands; other expressions only contribute their substitutions."""
+        if node.type == "ERROR":
+            self._error_container(node, acc)
+            return
+        pipelines = acc.pipelines
+        for child in node.children:
+            if not child.is_named:
+                continue
+            kind = child.type
+            if kind == "command":  # the common case, directly
+                pipelines.append((self.command(child, [], acc),))
+            elif kind == "comment":
+                continue
+            elif kind in STATEMENTS:
+                self.statement(child, acc)
+            elif kind in REDIRECT_NODES:
+                op, target, _ = self.redirect(child, acc)
+                pipelines.append((Simple((), ((op, target),)),))
+            else:
+                acc.subs.extend(self.substitutions(child))
+
+    def _error_container(self, node: Node, acc: _Acc) -> None:
+        """An ERROR node: its statements, and its loose words grouped into commands."""
         loose: list[Node] = []
 
         def flush() -> None:
@@ -240,21 +267,16 @@ class _Reader:
                     flush()
                 continue
             kind = child.type
-            if kind == "command":  # the common case, directly
-                flush()
-                acc.pipelines.append((self.command(child, [], acc),))
-            elif kind == "comment":
+            if kind == "comment":
                 continue
-            elif kind in STATEMENTS:
+            if kind in STATEMENTS:
                 flush()
                 self.statement(child, acc)
             elif kind in REDIRECT_NODES:
                 flush()
                 op, target, _ = self.redirect(child, acc)
                 acc.pipelines.append((Simple((), ((op, target),)),))
-            elif node.type == "ERROR" and kind in ("word", "string", "raw_string", "concatenation",
-                                                   "simple_expansion", "expansion", "command_substitution",
-                                                   "ansi_c_string", "number"):
+            elif kind in _LOOSE_WORDS:
                 loose.append(child)
             else:
                 acc.subs.extend(self.substitutions(child))
@@ -417,6 +439,7 @@ class _Reader:
 
     def command(self, node: Node, redirects: list[tuple[str, Word]], acc: _Acc) -> Simple:
         words: list[Word] = []
+        src = self.ascii
         for child in node.named_children:
             kind = child.type
             if kind == "command_name":
@@ -426,12 +449,12 @@ class _Reader:
                 child = inner[0]
                 kind = child.type
             if kind == "word":  # the common case, inline: a plain word
-                raw = self.text(child)
-                words.append(Word(raw, (), None, raw) if "\\" not in raw else self.word(child))
+                raw = src[child.start_byte:child.end_byte] if src is not None else self.text(child)
+                words.append(_new_word((raw, (), None, raw)) if "\\" not in raw else self.word(child))
             elif kind == "raw_string":
-                raw = self.text(child)
+                raw = src[child.start_byte:child.end_byte] if src is not None else self.text(child)
                 value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
-                words.append(Word(value, (), None, escape(value)))
+                words.append(_new_word((value, (), None, escape(value))))
             elif kind == "variable_assignment":
                 acc.subs.extend(self.substitutions(child))
             elif kind in REDIRECT_NODES:
