@@ -318,12 +318,20 @@ def test_exported_functions_and_shell_options_from_the_environment_do_not_stand_
     assert markers(world) == []
 
 
-def test_a_relative_path_entry_cannot_bring_a_program_from_the_project(world, monkeypatch):
-    (world["project"] / "tree").write_text(f"#!/bin/sh\ntouch '{world['markers']}/project-tree'\n")
-    (world["project"] / "tree").chmod(0o755)
-    monkeypatch.setenv("PATH", os.environ["PATH"] + os.pathsep + "." + os.pathsep)
-    got = run_agent(world, ["tree"], "plan")["tree"]
-    assert markers(world) == [], got["content"]
+@pytest.mark.parametrize("entry", [".", "", "bin", "{project}/bin", "{project}/sub/../bin"])
+def test_no_path_entry_brings_a_program_from_the_project(world, monkeypatch, entry):
+    """`tree` and `git` on PATH from the project (a relative or empty entry, or a bin/ in the
+    project that direnv or a venv put on PATH) would be the project's own programs."""
+    for where in (world["project"], world["project"] / "bin"):
+        where.mkdir(exist_ok=True)
+        for name in ("tree", "git"):
+            (where / name).write_text(f"#!/bin/sh\ntouch '{world['markers']}/project-{name}'\n")
+            (where / name).chmod(0o755)
+    entry = entry.format(project=world["project"])
+    monkeypatch.setenv("PATH", entry + os.pathsep + os.environ["PATH"] + os.pathsep + entry)
+    got = run_agent(world, ["tree", "git status --short"], "plan")
+    assert markers(world) == [], got
+    assert "a.txt" in got["git status --short"]["content"]
 
 
 def test_a_config_key_that_may_name_an_unknown_program_is_refused(world):

@@ -99,16 +99,27 @@ def _git_shim(real_git: str) -> Path:
     return shim
 
 
-def read_only_env(environ: Mapping[str, str]) -> dict[str, str]:
+def _outside(directory: str, root: Path | None) -> bool:
+    if root is None:
+        return True
+    real = Path(os.path.realpath(directory))
+    return real != root and root not in real.parents
+
+
+def read_only_env(environ: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
     """The environment of a command allowed only because it is read-only: :func:`scrubbed_env`
-    without what can name a program, with git's executable config neutralised by the shim."""
+    without what can name a program, with git's executable config neutralised by the shim.
+    ``root`` is the project: no program on PATH comes from inside it."""
     real_git = environ.get(readonly_git.REAL_GIT_VAR)  # already under a shim: keep the real one
     env = {k: v for k, v in scrubbed_env(environ).items()
            if k not in READ_ONLY_DROPPED and not k.startswith(READ_ONLY_DROPPED_PREFIXES)}
     env.update(GIT_PAGER="cat", PAGER="cat", MANPAGER="cat", GIT_EDITOR="false", GIT_SEQUENCE_EDITOR="false",
                GIT_OPTIONAL_LOCKS="0", GIT_ALLOW_PROTOCOL="none", GIT_NO_LAZY_FETCH="1", GIT_TERMINAL_PROMPT="0")
-    # only absolute PATH entries: an empty or relative one would find programs in the project
-    env["PATH"] = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if os.path.isabs(d)) or DEFAULT_PATH
+    # only absolute PATH entries outside the project: an empty or relative one, or one in the
+    # project (a bin/ that direnv or a venv put there), would run the project's own programs
+    root = Path(os.path.realpath(root)) if root is not None else None
+    env["PATH"] = os.pathsep.join(d for d in env["PATH"].split(os.pathsep)
+                                  if os.path.isabs(d) and _outside(d, root)) or DEFAULT_PATH
     real_git = real_git or shutil.which("git", path=env["PATH"])
     if real_git:
         shim = _git_shim(os.path.realpath(real_git))
@@ -232,7 +243,7 @@ def bash(
     if not 1 <= timeout <= MAX_TIMEOUT_S:
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds, got {timeout}")
     try:
-        env = read_only_env(os.environ) if ctx.read_only_commands else scrubbed_env(os.environ)
+        env = read_only_env(os.environ, ctx.root) if ctx.read_only_commands else scrubbed_env(os.environ)
         output, status = run_command(command, ctx.root, timeout, env)
     except OSError as exc:
         raise ToolError(f"cannot run bash: {exc.strerror or exc}") from None
