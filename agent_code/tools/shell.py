@@ -26,8 +26,10 @@ in :func:`read_only_env`: the programs that config and environment can name are 
 that names a program (fsmonitor, textconv, external diff, filters, pagers, hooks, gpg, ssh,
 credential helpers) or refuses to run; git's optional index writes are off, no transport
 protocol is allowed; ``GIT_CONFIG_PARAMETERS``, ``GIT_EXTERNAL_DIFF``, ``GIT_SSH*``, askpass,
-editors, ``BASH_ENV``/``ENV`` and ``RIPGREP_CONFIG_PATH`` are removed. In the other modes a
-command that runs was allowed as a command, and git behaves as the user's own.
+editors, ``BASH_ENV``/``ENV``, exported bash functions, ``SHELLOPTS``/``PS4`` and
+``RIPGREP_CONFIG_PATH`` are removed, and so are ``PATH`` entries that are relative or inside
+the project. In the other modes a command that runs was allowed as a command, and git behaves
+as the user's own.
 """
 
 from __future__ import annotations
