@@ -267,11 +267,12 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 _PROBES = ("bin", "x", "lib64", "a.b", "data")
 
 
-def _protected_names(home: str | None) -> set[str]:
+@lru_cache(maxsize=8)
+def _protected_names(home: str | None) -> frozenset[str]:
     names = {d.rsplit("/", 1)[1] for d in SYSTEM_DIRS}
     if home:
         names.add(normalize_path(home).rsplit("/", 1)[-1])
-    return names
+    return frozenset(names)
 
 
 def possibly_protected(pattern: str, home: str | None = None) -> bool:
@@ -544,7 +545,9 @@ def _written_files(c: Command, inv: Invocation) -> list[str]:
 
 def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
     if c.patterns and c.patterns != c.argv:  # operands as the deny list sees them (after a cd, rebased)
-        inv = normalize(tuple(_unescape(p) for p in c.patterns))
+        seen = tuple([_unescape(p) for p in c.patterns])
+        if seen != c.argv:
+            inv = normalize(seen)
     for path in _written_files(c, inv):
         if _system_path(path):
             return f"writing or removing the system file {path}"
