@@ -35,7 +35,6 @@ overrides) is removed, and the shim refuses ``-c``, ``--config-env`` and ``--exe
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 REAL_GIT_VAR = "AGENT_CODE_REAL_GIT"
@@ -194,6 +193,27 @@ def with_no_ext_diff(args: list[str], at: int) -> list[str]:
     return args
 
 
+def _capture(argv: list[str], env: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` (stdin from /dev/null); its exit code, stdout and stderr. (posix_spawn
+    rather than subprocess, whose import alone costs the shim more than git does.)"""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    for fd in (out_r, err_r):  # git config writes little to stderr: reading stdout first cannot block
+        while chunk := os.read(fd, 65536):
+            chunks[fd].append(chunk)
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
+
+
 def _refuse(message: str) -> int:
     sys.stderr.write(f"agent-code (plan mode): git was not run: {message}\n")
     return 128
@@ -210,12 +230,11 @@ def main(args: list[str]) -> int:
     if args[at:at + 1] == ["help"] or "--help" in args[at:]:
         return _refuse("git help starts a manual viewer or browser that git's config can name")
     env = without_config_env(os.environ)
-    listing = subprocess.run([real, *args[:at], "config", "--list", "-z", "--includes"], env=env,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if listing.returncode != 0:
-        sys.stderr.write(listing.stderr.decode("utf-8", errors="replace"))
+    code, listing, errors = _capture([real, *args[:at], "config", "--list", "-z", "--includes"], env)
+    if code != 0:
+        sys.stderr.write(errors.decode("utf-8", errors="replace"))
         return _refuse("its config could not be read")
-    overrides, refusal = neutralise(config_keys(listing.stdout))
+    overrides, refusal = neutralise(config_keys(listing))
     if refusal is not None:
         return _refuse(refusal)
     env.update(config_env(overrides))
