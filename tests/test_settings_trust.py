@@ -437,6 +437,22 @@ def test_a_new_project_settings_file_in_a_project_seen_before(box):
     assert ".agent/settings.json is new" in assert_not_loosened(box)
 
 
+@pytest.mark.parametrize("persist", [True, False])
+def test_a_nested_project_written_by_a_session(box, persist):
+    # the session plants settings in a directory below the project; the user later runs there
+    box.probe(persist=persist)
+    box.session_writes("sub/dir/.agent/settings.local.json", LOOSE)
+    outer, box.project = box.project, box.project / "sub/dir"
+    stderr = assert_not_loosened(box, persist=persist)
+    assert f"it is inside {outer}, a project a session ran in" in stderr, stderr
+    # a fresh project beside it (not below a project) is still first sight
+    box.project = box.tmp / "beside"
+    (box.project / ".agent").mkdir(parents=True)
+    (box.project / LOCAL).write_text(json.dumps(LOOSE))
+    proc, mode, touched = box.probe(persist=persist)
+    assert mode == "bypassPermissions" and touched and proc.stderr == "", proc.stderr
+
+
 def test_hooks_only(box):
     marker = box.tmp / "hook-ran"
     (box.project / ".agent").mkdir()

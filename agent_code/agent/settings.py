@@ -180,6 +180,16 @@ def project_ran_before(root: Path, current_session: Path | None = None) -> bool:
     return False
 
 
+def enclosing_project(root: Path, store: TrustStore) -> Path | None:
+    """The nearest directory above ``root`` that is a project a session ran in (a session
+    saved there, or its settings recorded in the store); None if there is none."""
+    for outer in _real(Path(root)).parents:
+        if project_ran_before(outer) or any(store.has(str(outer / PROJECT_DIR / name))
+                                            for name in ("settings.json", "settings.local.json")):
+            return outer
+    return None
+
+
 def review_settings(root: Path, home: Path | None = None, *, current_session: Path | None = None,
                     record_first_sight: bool = True) -> tuple[Review, dict[str, dict[str, Any] | None]]:
     """Read and check the settings files, compare them with the trust store (recording first
@@ -193,8 +203,15 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
         if parsed[f.key] is not None:
             merge_settings([(f.label, parsed[f.key])])  # check rules, mode and hooks now
             f.scripts = hook_scripts(parsed[f.key], _real(Path(root)), home_dir)
-    found = review(files, trust_store(home), project_ran_before=project_ran_before(root, current_session),
-                   record_first_sight=record_first_sight)
+    store = trust_store(home)
+    evidence = None
+    if project_ran_before(root, current_session):
+        evidence = "a session ran in this project before"
+    else:
+        outer = enclosing_project(root, store)
+        if outer is not None:
+            evidence = f"it is inside {outer}, a project a session ran in"
+    found = review(files, store, project_evidence=evidence, record_first_sight=record_first_sight)
     return found, parsed
 
 

@@ -16,8 +16,9 @@ A file version is trusted when
   ``agent-code settings accept`` — both only on a terminal, never from piped input, since an
   agent's command has no terminal;
 * **first sight**: the file has no record and nothing shows that a session ran with it
-  before. For the project's files: neither has a record and ``.agent/sessions/`` holds no
-  session but the one starting; for ``~/.agent-code/settings.json``: the store holds no
+  before. For the project's files: neither has a record, ``.agent/sessions/`` holds no
+  session but the one starting, and no directory above the project is a project that a
+  session ran in (it could have written a nested ``.agent/``); for ``~/.agent-code/settings.json``: the store holds no
   record at all and the project no earlier session. That first start records all three
   files, absent ones included, so a file created or changed while a session ran is never
   first sight, and a deleted record is noticed (its sibling's record, or the project's
@@ -142,6 +143,9 @@ class TrustStore:
             return Record(key, "", None, readable=False)
         return Record(key, data["digest"], content, dict(scripts), str(data.get("how", "")), str(data.get("at", "")))
 
+    def has(self, key: str) -> bool:
+        return self._file(key).exists()
+
     def has_any(self) -> bool:
         try:
             return any(p.suffix == ".json" for p in self.dir.iterdir())
@@ -192,6 +196,7 @@ class Change:
     file: SettingsFile
     record: Record | None    # the last accepted version (None: no record)
     kind: str                # changed, created, removed, unrecorded, scripts (only hook scripts changed)
+    evidence: str = ""       # for unrecorded: what shows that a session ran with it
 
     @property
     def trusted_text(self) -> str | None:
@@ -204,8 +209,8 @@ class Change:
             "created": f"{label} is new since you last accepted the settings (it did not exist)",
             "removed": f"{label} was removed since you last accepted it",
             "scripts": f"{label} is as you accepted it, but a hook script it runs changed",
-            "unrecorded": f"{label} has no usable trust record, but a session ran here before (was the file "
-                          "created by one, or the record deleted?)",
+            "unrecorded": f"{label} has no usable trust record, but {self.evidence or 'a session ran here before'} "
+                          "(was the file created by one, or its record deleted?)",
         }[self.kind]
 
     def summary(self) -> list[str]:
@@ -226,10 +231,11 @@ class Review:
         return next((c for c in self.changes if c.file.key == key), None)
 
 
-def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: bool,
+def review(files: list[SettingsFile], store: TrustStore, *, project_evidence: str | None,
            record_first_sight: bool = True) -> Review:
     """Compare each file's current version with its record; record first sights (see the
-    module doc). ``project_ran_before``: the project holds an earlier session."""
+    module doc). ``project_evidence``: what shows that a session ran with the project's
+    files (an earlier session of it, or of a project around it), None if nothing does."""
     out = Review(files)
     records = {f.key: store.get(f.key) for f in files}
     store_had_records = store.has_any()
@@ -238,15 +244,16 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: 
         if not members:
             continue
         if group == "user":  # every start records it: any record, or any session of this project, shows one ran
-            seen_before = store_had_records or project_ran_before
+            evidence = "agent-code has run with this home before" if store_had_records else project_evidence
         else:
-            seen_before = project_ran_before or any(records[f.key] is not None for f in members)
+            evidence = project_evidence or ("the other project settings file has a record"
+                                            if any(records[f.key] is not None for f in members) else None)
         for f in members:
             record = records[f.key]
             if record is None:
-                if seen_before:
+                if evidence:
                     if f.text is not None:  # created during a session, or its record was deleted
-                        out.changes.append(Change(f, None, "unrecorded"))
+                        out.changes.append(Change(f, None, "unrecorded", evidence))
                     continue  # absent and unrecorded: nothing to load, nothing to ask
                 out.first_sight.append(f.label)
                 if record_first_sight:
@@ -264,13 +271,14 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_ran_before: 
                 if f.text is None:
                     continue
                 kind = "unrecorded"
+                evidence = "its record is damaged"
             elif record.content is None:
                 kind = "created"
             elif f.text is None:
                 kind = "removed"
             else:
                 kind = "changed"
-            out.changes.append(Change(f, record, kind))
+            out.changes.append(Change(f, record, kind, evidence or ""))
     return out
 
 
