@@ -334,6 +334,19 @@ def test_no_path_entry_brings_a_program_from_the_project(world, monkeypatch, ent
     assert "a.txt" in got["git status --short"]["content"]
 
 
+def test_a_git_that_ignores_the_overrides_is_refused(shared, tmp_path):
+    """A git older than 2.31 ignores GIT_CONFIG_COUNT: the shim sees it and runs nothing."""
+    import shutil
+    from agent_code.tools.shell import run_command
+    old_git = tmp_path / "old-git"
+    old_git.write_text(f"#!/bin/sh\nunset GIT_CONFIG_COUNT\nexec {shutil.which('git')} \"$@\"\n")
+    old_git.chmod(0o755)
+    env = read_only_env({**os.environ, "AGENT_CODE_REAL_GIT": str(old_git)}, shared["project"])
+    output, status = run_command("git status", shared["project"], 60, env)
+    assert status == 128 and "too old" in output
+    assert markers(shared) == []
+
+
 def test_a_config_key_that_may_name_an_unknown_program_is_refused(world):
     git(world["project"], "config", "hook.evil.command", str(world["tmp"] / "bin" / "project-textconv"))
     got = run_agent(world, ["git status"], "plan")["git status"]

@@ -38,6 +38,7 @@ import os
 import sys
 
 REAL_GIT_VAR = "AGENT_CODE_REAL_GIT"
+PROBE_KEY = "agentcode.readonly"
 
 # always set, whatever the config says
 STATIC_OVERRIDES: tuple[tuple[str, str], ...] = (
@@ -230,11 +231,17 @@ def main(args: list[str]) -> int:
     if args[at:at + 1] == ["help"] or "--help" in args[at:]:
         return _refuse("git help starts a manual viewer or browser that git's config can name")
     env = without_config_env(os.environ)
-    code, listing, errors = _capture([real, *args[:at], "config", "--list", "-z", "--includes"], env)
+    # the probe shows that this git honours GIT_CONFIG_COUNT (git 2.31 and later): an older
+    # one would ignore every override
+    probe = {**env, **config_env([(PROBE_KEY, "1")])}
+    code, listing, errors = _capture([real, *args[:at], "config", "--list", "-z", "--includes"], probe)
     if code != 0:
         sys.stderr.write(errors.decode("utf-8", errors="replace"))
         return _refuse("its config could not be read")
-    overrides, refusal = neutralise(config_keys(listing))
+    keys = config_keys(listing)
+    if PROBE_KEY not in keys:
+        return _refuse("this git is too old to have its config overridden (GIT_CONFIG_COUNT needs git 2.31)")
+    overrides, refusal = neutralise([k for k in keys if k != PROBE_KEY])
     if refusal is not None:
         return _refuse(refusal)
     env.update(config_env(overrides))
