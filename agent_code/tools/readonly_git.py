@@ -21,7 +21,8 @@ invocation the shim
    empty (no filter), fsmonitor off, hooks from ``/dev/null``, pagers ``cat``, credential
    helpers cleared, every transport protocol ``never``; see :func:`neutralise`;
 3. refuses (exit 128, with the key named) when the config holds a key that may name a
-   program and is not one it knows how to neutralise — refusing is safer than guessing;
+   program and is not one it knows how to neutralise — refusing is safer than guessing —
+   and when the git is too old to honour ``GIT_CONFIG_COUNT`` (a probe key shows it);
 4. runs the real git with ``--no-ext-diff`` added to ``diff``/``log``/``show``/``stash show``.
 
 ``GIT_EXEC_PATH`` points at the shim's directory too, so a git that git itself starts (the
