@@ -392,7 +392,11 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
         while True:
             out.write(f"accept this version of {change.file.label}? [y/N] ")
             out.flush()
-            line = stdin.readline()
+            try:
+                line = stdin.readline()
+            except KeyboardInterrupt:  # Ctrl-C: no
+                out.write("\n")
+                return False
             answer = line.strip().lower()
             if not line or answer in ("", "n", "no"):
                 return False
