@@ -155,6 +155,8 @@ WRITES = [
     ("file --comp magic", "file --comp"),
     ("rg --pre=./evil x", "rg --pre"),
     ("rg --hostname-bin=./evil x", "rg --hostname-bin"),
+    ("cat < /dev/tcp/example.com/80", "network connection"),
+    ("git status < /dev/udp/example.com/53", "network connection"),
     ("", "empty"),
 ]
 

@@ -186,6 +186,8 @@ def read_only_command_problem(command: str) -> str | None:
             i += 1
         elif token == ">&" and nxt in ("1", "2"):
             i += 1
+        elif token == "<" and nxt is not None and nxt.startswith(("/dev/tcp/", "/dev/udp/")):
+            return f"input from {nxt} opens a network connection"
         elif token == "<" and nxt is not None and not _is_operator(nxt):
             i += 1  # input from a file: reading
         elif _is_operator(token):
