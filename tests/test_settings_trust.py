@@ -276,6 +276,22 @@ def test_accept_command_refuses_without_a_terminal(box):
     assert_not_loosened(box)
 
 
+def test_settings_status_lists_the_changes_and_records_nothing(box):
+    (box.project / ".agent").mkdir()
+    (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(ls)"]}}))
+    proc = run_cli("settings", "-C", str(box.project), env=box.env())
+    assert proc.returncode == 0 and "not yet recorded" in proc.stdout, proc.stderr
+    assert not (box.home / ".agent-code/trust").exists()  # looking is not trusting
+    box.probe()
+    box.session_writes(LOCAL, LOOSE)
+    proc = run_cli("settings", "status", "-C", str(box.project), env=box.env())
+    assert proc.returncode == 0, proc.stderr
+    assert ".agent/settings.json: accepted" in proc.stdout and f"{LOCAL} is new since" in proc.stdout
+    assert "permissions.defaultMode: (unset) → bypassPermissions" in proc.stdout
+    assert f"to accept: agent-code settings accept -C {box.project}" in proc.stdout
+    assert_not_loosened(box)
+
+
 def test_repl_start_asks_and_an_accepted_change_takes_effect(box):
     marker = box.tmp / "hook-ran"
     box.session_writes(LOCAL, {**LOOSE, "hooks": hook_spec("PreToolUse", marker)})
