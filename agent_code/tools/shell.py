@@ -84,6 +84,19 @@ READ_ONLY_DROPPED_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC
 _shims: dict[tuple[str, str], Path] = {}
 
 
+def _exec_dir() -> str | None:
+    """Where the shim can be executed: the temp dir, unless it is mounted noexec (then the
+    runtime dir or ~/.cache); None: the temp dir."""
+    noexec = getattr(os, "ST_NOEXEC", 0)
+    for candidate in (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), os.path.expanduser("~/.cache")):
+        try:
+            if candidate and os.path.isdir(candidate) and not os.statvfs(candidate).f_flag & noexec:
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
 def _git_shim(real_git: str) -> Path:
     """A directory (one per process) holding ``git``: the shim that runs
     ``tools/readonly_git.py`` with this Python in isolated mode."""
@@ -91,7 +104,7 @@ def _git_shim(real_git: str) -> Path:
     shim = _shims.get(key)
     if shim is not None and (shim / "git").is_file():
         return shim
-    shim = Path(tempfile.mkdtemp(prefix="agent-code-git-"))
+    shim = Path(tempfile.mkdtemp(prefix="agent-code-git-", dir=_exec_dir()))
     atexit.register(shutil.rmtree, shim, True)
     script = (f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S "
               f"{shlex.quote(os.path.abspath(readonly_git.__file__))} \"$@\"\n")
