@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
 from agent_code.agent.trust import (TRUST_DIR, Change, Review, SettingsFile, TrustStore, drop_hooks_running,
-                                    hook_scripts, read_version, review)
+                                    hook_scripts, read_version, review, visible)
 from agent_code.policy import RuleSet
 from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
 
@@ -210,15 +210,13 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
     else:
         outer = enclosing_project(root, store)
         if outer is not None:
-            evidence = f"it is inside {outer}, a project a session ran in"
+            evidence = f"it is inside {visible(str(outer))}, a project a session ran in"
     found = review(files, store, project_evidence=evidence, record_first_sight=record_first_sight)
     return found, parsed
 
 
 def accept_hint(root: Path) -> str:
     import shlex
-
-    from agent_code.agent.trust import visible
 
     return (f"if you made it, accept it in a terminal: agent-code settings accept -C {visible(shlex.quote(str(root)))} "
             "(or start the REPL there)")

@@ -49,7 +49,10 @@ def settings(ctx: typer.Context, cwd: Optional[Path] = CWD) -> None:
 @app.command()
 def status(cwd: Optional[Path] = CWD) -> None:
     """Each settings file: accepted, absent, or what changed since you accepted it."""
+    import shlex
+
     from agent_code.agent.settings import describe_change
+    from agent_code.agent.trust import visible
 
     root, found = _review(cwd, record=False)
     for f in found.files:
@@ -62,7 +65,7 @@ def status(cwd: Optional[Path] = CWD) -> None:
         else:
             print(f"{f.label}: {'accepted' if f.text is not None else 'absent'}")
     if found.changes:
-        print(f"to accept: agent-code settings accept -C {root}")
+        print(f"to accept: agent-code settings accept -C {visible(shlex.quote(str(root)))}")
 
 
 @app.command()
