@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from agent_code.policy import self_protection
-from agent_code.policy.rules import RuleSet, Verdict
+from agent_code.policy.commands import analyze
+from agent_code.policy.rules import RuleSet, Verdict, subject_of
 from agent_code.tools.base import Tool, ToolKind
 
 Behavior = Literal["allow", "ask", "deny"]
@@ -190,7 +191,9 @@ class PermissionPolicy:
         rules, the mode table). :meth:`check` acts on it; ``agent-code permissions check``
         and the REPL's ``/permissions check`` print it."""
         mode = self.mode
-        verdict = self.rules.evaluate(tool, arguments, self.root)
+        subject = subject_of(tool, arguments)
+        analysis = analyze(subject.value) if subject.kind == "command" else None   # parsed once per check
+        verdict = self.rules.evaluate(tool, arguments, self.root, analysis)
         if verdict is not None and verdict.behavior == "deny":
             if verdict.builtin:
                 reason = f"the built-in deny list refuses it in every mode ({verdict.detail})"
@@ -201,7 +204,9 @@ class PermissionPolicy:
                                verdict.source, "rule", verdict.detail, rule_denial_message(tool.name, verdict))
         finding = None
         if mode is not PermissionMode.BYPASS_PERMISSIONS:
-            finding = self_protection.check_call(tool.kind, arguments, command_argument(tool, arguments), None,
+            command = command_argument(tool, arguments)
+            finding = self_protection.check_call(tool.kind, arguments, command,
+                                                 analysis if analysis is not None and analysis.text == command else None,
                                                  self_protection.Places.cached(self.root, self.rules.home))
             if finding is not None and finding.severity == "deny":
                 return Explanation("deny", f"self-protection: it would change {finding.what} "

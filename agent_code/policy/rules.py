@@ -278,11 +278,17 @@ class RuleSet:
     def of(self, behavior: Behavior) -> list[Rule]:
         return [r for r in self.rules if r.behavior == behavior]
 
-    def evaluate(self, tool: Tool, arguments: Any, root: Path | None = None) -> Verdict | None:
+    def evaluate(self, tool: Tool, arguments: Any, root: Path | None = None,
+                 analysis: Analysis | None = None) -> Verdict | None:
         """The first of: a built-in deny, a deny rule, an ask rule, allow rules; None when no
-        rule decides (the permission mode does)."""
+        rule decides (the permission mode does). ``analysis`` is the command's
+        :func:`~agent_code.policy.commands.analyze` when the caller already has it (one
+        parse per check)."""
         subject = subject_of(tool, arguments)
-        analysis = analyze(subject.value) if subject.kind == "command" else None
+        if subject.kind != "command":
+            analysis = None
+        elif analysis is None or analysis.text != subject.value:
+            analysis = analyze(subject.value)
         if analysis is not None:
             hit = denylist.first_hit(analysis, self.home)
             if hit is not None:
