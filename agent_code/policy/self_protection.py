@@ -115,6 +115,7 @@ _NAME_IN_TEXT = re.compile(r"(?i)(?<![\w.-])\.(agent-code|agents|agent|gitconfig
 _GLOB_CHARS = set("*?[")
 _EXPANSION = re.compile(r"\$|`")
 _CODE_CHARS = set(" \t\n'\"();<>|&=")  # a word holding these is code or text, not a path
+_CODE_CHARS_RE = re.compile("[" + re.escape("".join(sorted(_CODE_CHARS))) + "]")
 _EXTGLOB = re.compile(r"[@!+*?]\(")
 
 Severity = Literal["deny", "ask"]
@@ -161,6 +162,23 @@ class Places:
         if cached is None:
             cached = tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
             object.__setattr__(self, "_prefixes", cached)
+        return cached
+
+    @property
+    def folded_starts(self) -> tuple[str, ...]:
+        """The case-folded places, for ``str.startswith``: a path under none of them is no place."""
+        cached = self.__dict__.get("_folded_starts")
+        if cached is None:
+            cached = tuple(folded for _, folded, _ in self.prefixes)
+            object.__setattr__(self, "_folded_starts", cached)
+        return cached
+
+    @property
+    def root_text(self) -> str:
+        cached = self.__dict__.get("_root_text")
+        if cached is None:
+            cached = str(self.root)
+            object.__setattr__(self, "_root_text", cached)
         return cached
 
     @classmethod
@@ -298,6 +316,9 @@ def _hooks_path(root: Path, gitdir: Path, home: Path) -> Path | None:
 
 def _named(parts: Iterable[str]) -> str | None:
     """What a protected name among path components is (None: none is)."""
+    parts = parts if isinstance(parts, list) else list(parts)
+    if not any(p[:1] == "." for p in parts):  # every protected name starts with a dot
+        return None
     parts = [p.casefold() for p in parts if p]
     for i, part in enumerate(parts):
         if part in PROTECTED_NAMES:
@@ -326,11 +347,12 @@ def _real(path: str, cache: dict[str, str]) -> str:
     known = cache.get(path)
     if known is not None:
         return known
-    parent, name = posixpath.split(path)
-    if not name or parent == path:
+    parent, _, name = path.rpartition("/")
+    if not name:
         real = path
     else:
-        full = posixpath.join(_real(parent, cache), name)
+        above = _real(parent or "/", cache)
+        full = above + "/" + name if above != "/" else "/" + name
         try:
             is_link = stat.S_ISLNK(os.lstat(full).st_mode)
         except (OSError, ValueError):
@@ -350,27 +372,45 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
     lexical = posixpath.normpath(joined)
     if lexical.startswith("//"):
         lexical = "/" + lexical.lstrip("/")
-    what = _named(_components(lexical, places.root))
+    root = places.root_text
+    what = _named_below(lexical, root)
     if what is not None:
         return what
     try:
-        if "/../" in joined + "/" or joined.endswith("/.."):
+        if "/../" in joined or joined.endswith("/.."):
             physical = os.path.realpath(joined)  # `..` after a symlink: resolve the way the kernel does
         else:
             physical = _real(lexical, cache if cache is not None else {})
     except (OSError, ValueError):
         physical = lexical
-    forms = (lexical,) if physical == lexical else (lexical, physical)
     if physical != lexical:
-        what = _named(_components(physical, places.root))
+        what = _named_below(physical, root)
         if what is not None:
             return what
+        forms: tuple[str, ...] = (lexical, physical)
+    else:
+        forms = (lexical,)
+    starts = places.folded_starts
     for form in forms:
         folded = form.casefold()
+        if not folded.startswith(starts):  # under no place (each test below implies this one)
+            continue
         for place, folded_place, what in places.prefixes:
             if form == place or folded == folded_place or folded.startswith(folded_place + "/"):
                 return what
     return None
+
+
+def _named_below(path: str, root: str) -> str | None:
+    """:func:`_named` of :func:`_components` (``root`` as text)."""
+    base = root.rstrip("/") + "/"
+    if path.startswith(base):
+        path = path[len(base):]
+    elif path == root:
+        return None
+    if "." not in path:  # every protected name starts with a dot
+        return None
+    return _named(path.split("/"))
 
 
 # --- edit tools -------------------------------------------------------------------------
@@ -408,6 +448,8 @@ def check_edit(arguments: Any, places: Places) -> Finding | None:
 def expand_braces(word: str, limit: int = 64) -> list[str] | None:
     """Bash brace expansion of ``word`` (``{a,b}``, nested); None for a sequence
     (``{a..z}``) or more than ``limit`` results, which are judged as unknown."""
+    if "{" not in word:
+        return [word]
     depth, start = 0, -1
     for i, ch in enumerate(word):
         if ch == "{":
@@ -481,7 +523,7 @@ class _Shell:
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
-    key = (word, str(shell.cwd), shell.dotglob)
+    key = (word, shell.cwd, shell.dotglob)
     if key in shell.judged:
         return shell.judged[key]
     verdict: tuple[Severity, str] | None = None
@@ -504,6 +546,8 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
 
 
 def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
+    if "{" not in word:
+        return _judge_one(word, shell)
     alternatives = expand_braces(word)
     if alternatives is None:
         return "ask", "a path the shell computes (brace sequence)"
@@ -521,8 +565,17 @@ _PLAIN = re.compile(r"[^~$`{}*?\[@!+(]*")
 
 def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     places = shell.places
-    if shell.cwd is not None and _PLAIN.fullmatch(word):  # nothing for the shell to expand
-        what = protected_path(word or ".", places, shell.cwd, shell.real)
+    if _PLAIN.fullmatch(word):  # nothing for the shell to expand
+        if shell.cwd is not None:
+            what = protected_path(word or ".", places, shell.cwd, shell.real)
+            return ("deny", what) if what else None
+        # after a cd that cannot be followed (what the general path below does for such a word)
+        what = _named(word.split("/"))
+        if what is not None:
+            return "deny", what
+        if not word.startswith("/"):
+            return "ask", f"a relative path after a cd that cannot be followed ({word})"
+        what = protected_path(word, places, None, shell.real)
         return ("deny", what) if what else None
     if "{}" in word:  # find -exec's placeholder: any file find walks to
         return "ask", f"the files find finds ({word})"
@@ -672,6 +725,9 @@ def _output_options(argv: tuple[str, ...]) -> list[str]:
         elif w.startswith(("--output=", "--output-document=")):
             out.append(w.split("=", 1)[1])
     return out
+
+
+_TREE_COPIERS = frozenset({"cp", "rsync", "mv", "ditto"})
 
 
 def _tree_copy(argv: tuple[str, ...], shell: "_Shell") -> Finding | None:
@@ -884,7 +940,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
                            shown)
         copied = None
-        for cwd in shell.cwds or (shell.cwd,):
+        for cwd in (shell.cwds or (shell.cwd,)) if program in _TREE_COPIERS else ():
             found_copy = _tree_copy(argv, _Shell(places, cwd))
             if found_copy is not None and (copied is None or found_copy.severity == "deny"):
                 copied = found_copy
@@ -907,16 +963,19 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             found = note(judge_word(target, shell), shown)
             if found:
                 return found
-        reader = _is_reader(argv)
+        if _is_reader(argv):
+            continue
         for word in argv[1:]:
-            candidates = [word] + ([word.split("=", 1)[1]] if "=" in word else [])
-            if not reader:
-                for candidate in candidates:
-                    verdict = judge_word(candidate, shell) if not _EXPANSION.search(candidate) else None
-                    if verdict is not None and verdict[0] == "deny":
-                        return Finding("deny", verdict[1], shown)
-                hit = _NAME_IN_TEXT.search(word) if _CODE_CHARS & set(word) else None
-                if hit is not None and maybe is None:
+            candidates = (word, word.split("=", 1)[1]) if "=" in word else (word,)
+            for candidate in candidates:
+                if "$" in candidate or "`" in candidate:  # _EXPANSION
+                    continue
+                verdict = judge_word(candidate, shell)
+                if verdict is not None and verdict[0] == "deny":
+                    return Finding("deny", verdict[1], shown)
+            if maybe is None and _CODE_CHARS_RE.search(word):
+                hit = _NAME_IN_TEXT.search(word)
+                if hit is not None:
                     maybe = Finding("ask", PROTECTED_NAMES.get(hit.group(0).casefold(), SKILLS_WHAT), shown)
     return maybe
 
