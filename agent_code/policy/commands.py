@@ -35,7 +35,9 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            escape, parse)
@@ -102,7 +104,7 @@ WRAPPERS: dict[str, Wrapper] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Command:
     """One command that would run. ``wrapper`` names it when it only runs another command
     (which is listed after it); ``redirects`` are ``(operator, target)``; ``sub_programs``
@@ -115,8 +117,14 @@ class Command:
     sub_programs: frozenset[str] = frozenset()
     patterns: tuple[str, ...] = ()  # argv as the shell may expand it (shell_syntax.Word.pattern); () as argv
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_program", program_name(self.argv[0]) if self.argv else "")
+    def __init__(self, argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...] = (),
+                 wrapper: str | None = None, privileged: bool = False,
+                 sub_programs: frozenset[str] = frozenset(), patterns: tuple[str, ...] = ()) -> None:
+        # what the frozen dataclass's own __init__ does, without a setattr call per field
+        # (an analysis builds one per command; a long line has a hundred)
+        self.__dict__.update(argv=argv, redirects=redirects, wrapper=wrapper, privileged=privileged,
+                             sub_programs=sub_programs, patterns=patterns,
+                             _program=program_name(argv[0]) if argv else "")
 
     @property
     def program(self) -> str:
@@ -639,9 +647,16 @@ def normalize_path(word: str) -> str:
 
 def normalize(argv: tuple[str, ...] | list[str], paths: bool = True) -> Invocation:
     """See the module doc: base name, split clusters, aliases, ``--``, path operands
-    (``paths=False``: operands as written, for word patterns)."""
+    (``paths=False``: operands as written, for word patterns). A pure function of the
+    words, so it is memoised: one check normalizes the same command for the deny list,
+    the rules and self-protection."""
     if not argv:
         return Invocation("", (), ())
+    return _normalize(tuple(argv), paths)
+
+
+@lru_cache(maxsize=2048)
+def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
     program = program_name(argv[0])
     aliases = FLAG_ALIASES.get(program, {})
     takes_value = VALUE_OPTIONS.get(program, frozenset())
@@ -680,3 +695,14 @@ def normalize(argv: tuple[str, ...] | list[str], paths: bool = True) -> Invocati
         else:
             flags.append((aliases.get(word, word), None))  # -9, -n5, -O2: one flag
     return Invocation(program, tuple(flags), tuple(operands))
+
+
+def clear_caches() -> None:
+    """Forget every memoised per-word and per-command result of the policy package (the
+    benchmark clears them before each check, to time a cold one)."""
+    from agent_code.policy import denylist, self_protection, shell_syntax
+
+    for module in (shell_syntax, sys.modules[__name__], denylist, self_protection):
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)) and value is not shell_syntax.parser:
+                value.cache_clear()

@@ -652,10 +652,19 @@ def _download_to_shell(analysis: Analysis) -> Hit | None:
     return None
 
 
-@lru_cache(maxsize=512)
 def _checks_for(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
     """The checks that can hit a command of ``program`` (``writes``: it redirects output
-    or names an output file)."""
+    or names an output file): from a table made at import for the programs some check
+    names; for any other program only the checks of writes (and format-disk's pattern)."""
+    found = _CHECKS_BY_PROGRAM.get((program, writes))
+    if found is not None:
+        return found
+    if _CHECKS_BY_PROGRAM is _NO_TABLE or FORMATTERS.match(program):
+        return _compute_checks(program, writes)
+    return _WRITE_CHECKS if writes else ()
+
+
+def _compute_checks(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
     checks = [(rule, check) for rule, check, programs in _CHECKS
               if (programs is None or program in programs) or (writes and rule in _WRITE_RULES)
               or (rule == "format-disk" and FORMATTERS.match(program))]
@@ -679,7 +688,9 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
         program = command.program
-        writes = any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS for op, target in command.redirects) \
+        redirects = command.redirects
+        writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
+                                          for op, target in redirects)) \
             or (len(command.argv) > 1 and _OUTPUT_WORD.search("\n".join(command.argv[1:])) is not None)
         checks = _checks_for(program, writes)
         if not checks:
@@ -756,3 +767,15 @@ def first_hit(analysis: Analysis, home: str | None = None) -> Hit | None:
 
 
 _CHECKS = _checks()
+_NO_TABLE: dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ...]] = {}
+
+
+def _checks_table() -> dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ...]]:
+    if any(programs is None for _, _, programs in _CHECKS):
+        return _NO_TABLE  # a check for every program: no shortcut
+    named = set().union(*(programs for _, _, programs in _CHECKS if programs is not None))
+    return {(program, writes): _compute_checks(program, writes) for program in named for writes in (False, True)}
+
+
+_CHECKS_BY_PROGRAM = _checks_table()
+_WRITE_CHECKS = _compute_checks("", True)
