@@ -36,6 +36,7 @@ import posixpath
 import re
 import shlex
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -124,11 +125,9 @@ class Command:
         # (an analysis builds one per command; a long line has a hundred)
         self.__dict__.update(argv=argv, redirects=redirects, wrapper=wrapper, privileged=privileged,
                              sub_programs=sub_programs, patterns=patterns,
-                             _program=program_name(argv[0]) if argv else "")
+                             program=program_name(argv[0]) if argv else "")
 
-    @property
-    def program(self) -> str:
-        return self._program  # type: ignore[attr-defined]
+    program: str = dataclasses.field(init=False, repr=False, compare=False)  # argv[0]'s base name
 
 
 @dataclass

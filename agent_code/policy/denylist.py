@@ -141,6 +141,7 @@ def _with_home(path: str, home: str | None) -> str:
     return path
 
 
+@lru_cache(maxsize=1024)  # a pure function of the words
 def is_protected(word: str, home: str | None = None) -> bool:
     """Whether removing or re-owning ``word`` recursively would wreck the machine or
     the user's home: ``/``, ``/*``, a top-level system directory (or its ``/*``), ``~``,
@@ -232,6 +233,7 @@ def _first_brace(p: str) -> tuple[int, int, list[str]] | None:
     return None
 
 
+@lru_cache(maxsize=1024)  # a pure function of the words
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     """A glob pattern as a regex over paths: ``*``/``?`` stay in one component and do not
     match a leading dot; escapes are literal."""
@@ -275,6 +277,7 @@ def _protected_names(home: str | None) -> frozenset[str]:
     return frozenset(names)
 
 
+@lru_cache(maxsize=1024)  # a pure function of the words
 def possibly_protected(pattern: str, home: str | None = None) -> bool:
     """Whether a word pattern (:attr:`shell_syntax.Word.pattern`) may name a protected
     path once the shell has expanded it: braces are enumerated exactly; a glob counts when
@@ -647,7 +650,8 @@ def _download_to_shell(analysis: Analysis) -> Hit | None:
                 return Hit("download-to-shell", "running a downloaded script", analysis.text)
             seen_download |= stage.program in DOWNLOADERS
     for c in analysis.commands:
-        if (c.program in INTERPRETERS or c.program in ("eval", "source", ".")) and c.sub_programs & DOWNLOADERS:
+        if c.sub_programs and (c.program in INTERPRETERS or c.program in ("eval", "source", ".")) \
+                and c.sub_programs & DOWNLOADERS:
             return Hit("download-to-shell", "running a downloaded script", _shown(c))
     return None
 
