@@ -236,9 +236,7 @@ class _Reader:
             self._error_container(node, acc)
             return
         pipelines = acc.pipelines
-        for child in node.children:
-            if not child.is_named:
-                continue
+        for child in node.named_children:
             kind = child.type
             if kind == "command":  # the common case, directly
                 pipelines.append((self.command(child, [], acc),))
@@ -443,10 +441,9 @@ class _Reader:
         for child in node.named_children:
             kind = child.type
             if kind == "command_name":
-                inner = child.named_children
-                if not inner:
+                child = child.named_child(0)
+                if child is None:
                     continue
-                child = inner[0]
                 kind = child.type
             if kind == "word":  # the common case, inline: a plain word
                 raw = src[child.start_byte:child.end_byte] if src is not None else self.text(child)
@@ -591,6 +588,10 @@ class _Reader:
             texts.append(raw)
             pattern.append(UNKNOWN_QUOTED if quoted else UNKNOWN)
         elif kind == "word" and not quoted:
+            if "\\" not in raw:  # nothing escaped: the word as it stands
+                texts.append(raw)
+                pattern.append(raw)
+                return
             i = 0
             while i < len(raw):
                 c = raw[i]
