@@ -222,6 +222,8 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
     """Peel wrappers off ``argv``: the wrappers as (argv, name, privileged), the command
     finally run (None if none), scripts it runs (``bash -c``, ``eval``…) and further
     commands it runs directly (``find -exec``)."""
+    if argv and program_name(argv[0]) not in _UNWRAPPED:  # the common case: an ordinary program
+        return [], argv, [], []
     chain: list[tuple[tuple[str, ...], str, bool]] = []
     scripts: list[str] = []
     extra: list[tuple[str, ...]] = []
@@ -406,17 +408,19 @@ def _stdin_shell_in(script: Script) -> bool:
 
 def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth: int,
             out: Analysis) -> Command | None:
-    subs = [sub for w in stage.words if w.subs for sub in w.subs]
-    subs += [sub for _, target in stage.redirects if target.subs for sub in target.subs]
-    sub_programs: frozenset[str] = frozenset()
+    words = stage.words
+    subs = [sub for w in words if w.subs for sub in w.subs]
+    if stage.redirects:
+        subs += [sub for _, target in stage.redirects if target.subs for sub in target.subs]
+    sub_programs: frozenset[str] = _NO_PROGRAMS
     if subs:
         before = len(out.commands)
         for sub in subs:
             _walk_script(sub, depth + 1, out)
         sub_programs = frozenset(c.program for c in out.commands[before:])
     redirects = tuple([(op, target.text) for op, target in stage.redirects]) if stage.redirects else ()
-    argv = tuple([w.text for w in stage.words])
-    patterns = tuple([w.pattern or escape(w.text) for w in stage.words])
+    argv = tuple([w.text for w in words])
+    patterns = tuple([w.pattern or escape(w.text) for w in words])
     leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not stage.words and redirects:
         out.commands.append(Command((), redirects))
@@ -464,6 +468,7 @@ def _script_for(leaf: Command, text: str) -> str:
 
 
 STDIN_SCRIPT_READERS = frozenset(SHELLS | {"source", ".", "at", "batch", "crontab"})
+_NO_PROGRAMS: frozenset[str] = frozenset()
 
 
 def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis, reader: Command | None = None) -> None:
