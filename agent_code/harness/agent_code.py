@@ -26,10 +26,11 @@ from agent_code.sandbox.base import Sandbox
 
 
 # what `python3 -m agent_code -p --provider anthropic` needs to start, checked as the agent
-CLIENT_CHECK = "python3 -c 'import agent_code.cli, anthropic, typer, rich, httpx, prompt_toolkit'"
+CLIENT_CHECK = ("python3 -c 'import agent_code.cli, anthropic, typer, rich, httpx, prompt_toolkit, "
+                "tree_sitter, tree_sitter_bash'")
 # the same pins as the project's docker image (scripts/docker-setup.sh, PIP_PKGS)
 CLIENT_DEPS = ("anthropic==2.16.0", "typer==0.29.2", "rich==15.0.0", "prompt_toolkit==3.0.52", "httpx==0.29.0",
-               "tzdata==2026.6")
+               "tzdata==2026.6", "tree-sitter==0.26.1", "tree-sitter-bash==0.25.1")
 
 
 class AgentCodeHarness(CliHarness):
