@@ -561,6 +561,10 @@ def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
 
 
 _PLAIN = re.compile(r"[^~$`{}*?\[@!+(]*")
+_TILDE_USER = re.compile(r"^~([A-Za-z0-9_.+-]*)(?=/|$)")
+_HOME_VAR = re.compile(r"^(\$HOME|\$\{HOME\})(?=/|$)")
+_TEMP_VAR = re.compile(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)")
+_PWD_VAR = re.compile(r"^(\$PWD|\$\{PWD\})(?=/|$)")
 
 
 def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -580,7 +584,7 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     if "{}" in word:  # find -exec's placeholder: any file find walks to
         return "ask", f"the files find finds ({word})"
     text = word
-    m = re.match(r"^~([A-Za-z0-9_.+-]*)(?=/|$)", text)
+    m = _TILDE_USER.match(text) if text.startswith("~") else None
     if m:
         user = m.group(1)
         home: Path | None
@@ -598,11 +602,12 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         if home is None:
             return "ask", f"a path in a directory the shell computes ({word})"
         text = str(home) + text[m.end():]
-    text = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(places.home), text)
-    if shell.temp is not None:
-        text = re.sub(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)", lambda _: shell.temp or "/tmp", text)
-    if shell.cwd is not None:
-        text = re.sub(r"^(\$PWD|\$\{PWD\})(?=/|$)", lambda _: str(shell.cwd), text)
+    if text.startswith("$"):  # each of these begins with one
+        text = _HOME_VAR.sub(lambda _: str(places.home), text)
+        if shell.temp is not None:
+            text = _TEMP_VAR.sub(lambda _: shell.temp or "/tmp", text)
+        if shell.cwd is not None:
+            text = _PWD_VAR.sub(lambda _: str(shell.cwd), text)
     parts = text.split("/")
     literal = [p for p in parts if not (_EXPANSION.search(p) or _GLOB_CHARS & set(p) or _EXTGLOB.search(p))]
     what = _named(literal)
@@ -719,6 +724,8 @@ def _output_options(argv: tuple[str, ...]) -> list[str]:
     ``wget -O FILE``): written, whatever the program."""
     out: list[str] = []
     for k, w in enumerate(argv[1:], start=1):
+        if not w.startswith("-"):  # every output option does
+            continue
         if w in ("-o", "--output", "--output-document", "-O") and k + 1 < len(argv):
             if w != "-O" or program_name(argv[0]) == "wget":
                 out.append(argv[k + 1])
