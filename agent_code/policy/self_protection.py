@@ -518,6 +518,7 @@ class _Shell:
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
     judged: dict[tuple[str, str, bool], Any] = field(default_factory=dict)
     temp: str | None = None         # where $TMPDIR points, when the line does not set it
+    every_cwd: tuple[Path | None, ...] | None = None  # cwds, then None when one is unknown (made once)
 
 
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -529,8 +530,11 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     verdict: tuple[Severity, str] | None = None
     if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
         saved = shell.cwd
+        every = shell.every_cwd
+        if every is None:
+            every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
         try:
-            for cwd in (*shell.cwds, *((None,) if shell.cwd_unknown else ())):
+            for cwd in every:
                 shell.cwd = cwd
                 found = _judge_word(word, shell)
                 if found is not None and found[0] == "deny":
@@ -691,7 +695,7 @@ def _write_targets(argv: tuple[str, ...]) -> list[str]:
     if program in ALL_OPERAND_WRITERS:
         return operands + values
     if program in DEST_WRITERS:
-        targets = [v for n, v in inv.flags if n in ("--target-directory",) and v]
+        targets = [v for n, v in inv.flags if n in ("--target-directory", "-t") and v]
         for k, word in enumerate(argv):
             if word in ("-t",) and k + 1 < len(argv):
                 targets.append(argv[k + 1])
