@@ -79,13 +79,14 @@ def command_line(size: int) -> str:
     return "\n".join(parts)
 
 
-def timed(fn, iterations: int) -> tuple[float, float]:
-    """Seconds per call over ``iterations`` calls in 20 batches: the median wall-clock time
-    and the least CPU time of a batch (on a shared machine the CPU time of the least
-    disturbed batch is the cost of the code; the wall clock also counts other processes)."""
-    batch = max(1, iterations // 20)
+def timed(fn, iterations: int, batches: int = 50) -> tuple[float, float]:
+    """Seconds per call over ``iterations`` calls in ``batches`` batches: the median
+    wall-clock time and the least CPU time of a batch (on a shared machine the CPU time of
+    the least disturbed batch is the cost of the code; the wall clock also counts other
+    processes, and even CPU time grows when another process shares the core's caches)."""
+    batch = max(1, iterations // batches)
     wall, cpu = [], []
-    for _ in range(20):
+    for _ in range(batches):
         start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(batch):
             fn()
