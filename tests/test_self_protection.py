@@ -356,7 +356,6 @@ MAYBE_COMMANDS = [
     "curl -o \"$OUT\" https://example.com/x",
     "wget -O $OUT https://example.com/x",
     "yes | script -qc agent-code /dev/null",
-    "tmux new-session -d 'agent-code'",
     "TMPDIR=.agent; echo x > $TMPDIR/settings.json",
 ]
 

@@ -101,8 +101,57 @@ WRAPPERS: dict[str, Wrapper] = {
     "firejail": _w(),
     "parallel": _w("-j --jobs -S --sshlogin --delay --timeout"),
     "npx": _w("-p --package -c --call"), "bunx": _w("-p --package"), "pnpx": _w(),
+    "fakeroot": _w("-l --lib --faked -s -i -b"), "fakechroot": _w(), "catchsegv": _w(),
+    "ltrace": _w("-o -e -p -s -u -n"), "proxychains": _w("-f"), "proxychains4": _w("-f"), "torsocks": _w(),
+    "screen": _w("-S -c -L -Logfile -p -t -T -e -h -s"),
     "then": _w(), "do": _w(), "else": _w(), "!": _w(),
 }
+# git config keys whose value git runs as a shell command (``git -c core.pager='…' log``)
+_GIT_PROGRAM_KEYS = re.compile(r"^(alias\.[^=]+|core\.(fsmonitor|pager|sshcommand|editor|askpass|hookspath)"
+                               r"|diff\.external|diff\.[^=]+\.(textconv|command)|filter\.[^=]+\.(clean|smudge|process)"
+                               r"|pager\.[^=]+|sequence\.editor|gpg\.(program|[^=]+\.program)|credential\.helper"
+                               r"|uploadpack\.packobjectshook|merge\.[^=]+\.driver|interactive\.difffilter"
+                               r"|web\.browser|browser\.[^=]+\.(cmd|path))=(.*)$", re.IGNORECASE | re.DOTALL)
+# programs that take a shell command (or a script they cannot show) as an argument
+_EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano"})
+_SHELL_STARTUP_VARIABLES = re.compile(r"(?:^|[\s;&|(`])(PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS4|SHELLOPTS|BASHOPTS"
+                                      r"|BASH_FUNC_[^=]*)=")
+
+
+_RUNS_MORE = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
+
+
+def _runs_more(leaf: tuple[str, ...], depth: int, out: Analysis) -> None:
+    """Commands a program runs from its arguments that are not a wrapper's argv: git's
+    ``-c KEY=CMD`` for keys whose value is a command (its aliases' ``!…`` included), a
+    multiplexer's or editor's command, make reading its makefile from stdin, a shell
+    whose startup variables name code."""
+    program = program_name(leaf[0])
+    if program == "git":
+        for k, word in enumerate(leaf[1:-1], start=1):
+            if word == "-c" or (word.startswith("-c") and len(word) > 2):
+                value = leaf[k + 1] if word == "-c" else word[2:]
+                found = _GIT_PROGRAM_KEYS.match(value)
+                if found:
+                    script = found.group(found.lastindex or 0)
+                    _walk(script[1:] if script.startswith("!") else script, depth + 1, out)
+            elif word.startswith("--config-env"):
+                out.unknown.append("git takes a config value from the environment")
+    elif program == "tmux" and any(w in ("new", "new-session", "new-window", "neww", "split-window", "splitw",
+                                         "send-keys", "send", "run-shell", "run", "respawn-pane", "respawnp",
+                                         "respawn-window", "respawnw", "pipe-pane", "pipep", "if-shell", "if")
+                                   for w in leaf[1:]):
+        out.unknown.append("tmux runs a shell command")
+    elif program in _EDITORS and any(w.startswith(("-c", "+", "--cmd", "-S", "--eval", "-l", "--load", "-x"))
+                                     for w in leaf[1:]):
+        out.unknown.append(f"{program} runs editor commands")
+    elif program in ("make", "gmake") and any(w in ("-f-", "-f/dev/stdin", "--file=-", "--file=/dev/stdin",
+                                                    "--eval", "-E") or w.startswith("--eval=")
+                                              or (w in ("-f", "--file", "--makefile")
+                                                  and leaf[leaf.index(w) + 1:leaf.index(w) + 2] in (("-",), ("/dev/stdin",)))
+                                              for w in leaf[1:]):
+        out.unknown.append("make runs recipes only known when it runs")
+
 
 
 @dataclass(frozen=True, init=False)
@@ -546,6 +595,8 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
             shape = (*(shape or tuple(escape(a) for a in leaf)), *_xargs_input(previous).split(" "))
         command = Command(leaf, redirects, sub_programs=sub_programs, patterns=shape)
         out.commands.append(command)
+        if command.program in _RUNS_MORE:
+            _runs_more(leaf, depth, out)
         if shape and (UNKNOWN in shape[0] or UNKNOWN_QUOTED in shape[0]):
             out.unknown.append(f"the command name {leaf[0]!r} is only known when it runs")
         elif shape and "$" in leaf[0] and shape[0] != escape(leaf[0]):
@@ -587,6 +638,8 @@ def analyze(text: str) -> Analysis:
     Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
     recursion allows) comes back ``opaque``."""
     out = Analysis(text)
+    if "=" in text and _SHELL_STARTUP_VARIABLES.search(text):
+        out.unknown.append("a variable names code a shell runs at startup (PROMPT_COMMAND, BASH_ENV, ENV …)")
     try:
         _walk(text, 0, out)
     except RecursionError:
@@ -606,7 +659,49 @@ FLAG_ALIASES: dict[str, dict[str, str]] = {
     "chgrp": {"--recursive": "-R"},
     "git": {"--force": "-f"},
     "mkdir": {"--parents": "-p"},
+    "mv": {"--target-directory": "-t", "--force": "-f"},
+    "ln": {"--target-directory": "-t", "--force": "-f", "--symbolic": "-s"},
 }
+# every long option of the GNU programs the deny list judges by their flags: getopt_long
+# takes any unique prefix of one (``rm --rec``, ``mv --t=DIR``), so a prefix is read as
+# the option it abbreviates
+LONG_OPTIONS: dict[str, tuple[str, ...]] = {
+    "rm": ("--force", "--interactive", "--one-file-system", "--no-preserve-root", "--preserve-root",
+           "--recursive", "--dir", "--verbose", "--help", "--version"),
+    "mv": ("--backup", "--debug", "--exchange", "--force", "--interactive", "--no-clobber", "--no-copy",
+           "--strip-trailing-slashes", "--suffix", "--target-directory", "--no-target-directory", "--update",
+           "--verbose", "--context", "--help", "--version"),
+    "cp": ("--archive", "--attributes-only", "--backup", "--copy-contents", "--debug", "--force",
+           "--interactive", "--link", "--dereference", "--no-clobber", "--no-dereference", "--preserve",
+           "--no-preserve", "--parents", "--recursive", "--reflink", "--remove-destination", "--sparse",
+           "--strip-trailing-slashes", "--symbolic-link", "--suffix", "--target-directory",
+           "--no-target-directory", "--update", "--verbose", "--keep-directory-symlink", "--one-file-system",
+           "--context", "--help", "--version"),
+    "ln": ("--backup", "--directory", "--force", "--interactive", "--logical", "--no-dereference", "--physical",
+           "--relative", "--symbolic", "--suffix", "--target-directory", "--no-target-directory", "--verbose",
+           "--help", "--version"),
+    "chmod": ("--changes", "--silent", "--quiet", "--verbose", "--no-preserve-root", "--preserve-root",
+              "--reference", "--recursive", "--help", "--version"),
+    "chown": ("--changes", "--dereference", "--no-dereference", "--from", "--no-preserve-root",
+              "--preserve-root", "--quiet", "--silent", "--reference", "--recursive", "--verbose", "--help",
+              "--version"),
+    "shred": ("--force", "--iterations", "--random-source", "--size", "--remove", "--verbose", "--exact",
+              "--zero", "--help", "--version"),
+    "mkdir": ("--mode", "--parents", "--verbose", "--context", "--help", "--version"),
+}
+LONG_OPTIONS["chgrp"] = LONG_OPTIONS["chown"]
+
+
+def long_option(program: str, name: str) -> str:
+    """``name`` (``--rec``) as the long option of ``program`` it abbreviates
+    (``--recursive``), when it is a unique prefix of one; else ``name``."""
+    known = LONG_OPTIONS.get(program)
+    if not known or name in known or len(name) < 3:
+        return name
+    matches = [option for option in known if option.startswith(name)]
+    return matches[0] if len(matches) == 1 else name
+
+
 # programs whose long options take one dash (``find -delete``): never split into letters
 SINGLE_DASH_LONG = frozenset({"find", "java", "go", "gcc", "g++", "cc", "clang", "clang++", "ffmpeg",
                               "xcodebuild", "dd", "qemu-img", "ant"})
@@ -637,6 +732,26 @@ class Invocation:
 _BRACED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+UNKNOWN_DIRECTORY = "$UNKNOWN_DIRECTORY"
+_PROC_LINK = re.compile(r"^/proc/[^/]+/(?:task/[^/]+/)?(root|cwd|fd/[^/]+|map_files/[^/]+)(/.*)?$|^/dev/fd/[^/]+(/.*)?$")
+
+
+def _proc_alias(path: str) -> str:
+    """``/proc/PID/root`` is ``/`` (another spelling of any path); ``/proc/PID/cwd`` and
+    an open descriptor (``/proc/self/fd/3``, ``/dev/fd/3``) may be any directory: spelled
+    as an unknown variable, which the deny list counts as possibly protected."""
+    found = _PROC_LINK.match(path)
+    if found is None:
+        return path
+    rest = (found.group(2) if found.group(1) else found.group(3)) or ""
+    if found.group(1) == "root":
+        return "/" + rest.lstrip("/")
+    if ".." in rest.split("/"):
+        return UNKNOWN_DIRECTORY        # above a directory that is not known: anywhere
+    rest = posixpath.normpath(rest) if rest.strip("/") else ""
+    return UNKNOWN_DIRECTORY + ("" if rest in ("", ".", "/") else rest)
+
+
 def normalize_path(word: str) -> str:
     """A path operand in a canonical spelling: ``//`` → ``/``, ``/tmp/../`` → ``/``,
     ``~/`` → ``~``, ``${HOME}/.`` → ``$HOME``; other words unchanged."""
@@ -645,6 +760,10 @@ def normalize_path(word: str) -> str:
         return text
     if text.startswith("//"):
         text = "/" + text.lstrip("/")
+    if text.startswith(("/proc/", "/dev/fd/")):
+        text = _proc_alias(re.sub(r"/+", "/", text))
+        if text.startswith(UNKNOWN_DIRECTORY):
+            return text
     normalized = posixpath.normpath(text)
     return "/" + normalized.lstrip("/") if normalized.startswith("//") else normalized
 
@@ -678,6 +797,7 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
             continue
         if word.startswith("--"):
             name, eq, value = word.partition("=")
+            name = long_option(program, name)
             if not eq and name in takes_value and i < len(argv):
                 value, eq = argv[i], "="
                 i += 1

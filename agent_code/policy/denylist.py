@@ -74,7 +74,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agent_code.policy.commands import (INTERPRETERS, SHELLS, Analysis, Command, Invocation, normalize,
+from agent_code.policy.commands import (INTERPRETERS, SHELLS, UNKNOWN_DIRECTORY, Analysis, Command, Invocation, normalize,
                                        normalize_path, program_name, shell_script)
 from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, WRITE_REDIRECTIONS, escape
 
@@ -159,6 +159,8 @@ def is_protected(word: str, home: str | None = None) -> bool:
         if home and base in (normalize_path(home), posixpath.dirname(normalize_path(home))):
             return True
         if re.fullmatch(r"\.\.(/\.\.)*", base):
+            return True
+        if base == UNKNOWN_DIRECTORY:   # /proc/PID/cwd, /dev/fd/N: may be any directory
             return True
     return False
 
@@ -453,6 +455,8 @@ def _format_disk(c: Command, inv: Invocation, home: str | None) -> str | None:
                 return None
             if inv.program == "mdadm" and not any(n in ("--zero-superblock", "--create", "-C") for n, _ in inv.flags):
                 return None
+            if inv.program == "parted" and any(op in PARTED_WRITES for op in inv.operands):
+                return f"parted {next(op for op in inv.operands if op in PARTED_WRITES)}"
             if inv.flags and all(n in DISK_READ_FLAGS for n, _ in inv.flags) and inv.program != "sgdisk":
                 return None
             if inv.program == "sgdisk" and all(n in DISK_READ_FLAGS for n, _ in inv.flags):
@@ -493,6 +497,11 @@ def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program in ("tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard") and any(
             _maybe_device(w, p) for w, p in operands):
         return f"writing to the device {next(w for w, p in operands if _maybe_device(w, p))}"
+    if inv.program == "find":
+        for k, word in enumerate(c.argv[:-1]):
+            if word in ("-fls", "-fprint", "-fprint0", "-fprintf") and _maybe_device(c.argv[k + 1], shapes[k + 1]
+                                                                                  if k + 1 < len(shapes) else c.argv[k + 1]):
+                return f"writing to the device {c.argv[k + 1]}"
     written = next((f for f in _written_files(c, inv) if _is_device(f)), None)
     if written is not None and inv.program not in ("rm", "unlink", "mv"):
         return f"writing to the device {written}"
@@ -565,6 +574,14 @@ def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
+PARTED_WRITES = frozenset({"mklabel", "mktable", "mkpart", "mkpartfs", "rm", "resizepart", "resize", "rescue",
+                           "name", "set", "toggle", "disk_set", "disk_toggle", "move", "cp", "mkfs"})
+# systemd targets that stop, restart or suspend the machine (``systemctl start reboot.target``)
+POWER_TARGETS = re.compile(r"^(reboot|poweroff|halt|kexec|soft-reboot|suspend|hibernate|hybrid-sleep|"
+                           r"suspend-then-hibernate|sleep|ctrl-alt-del|rescue|emergency|shutdown|exit|final)"
+                           r"(\.target)?$")
+
+
 def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program in POWER_PROGRAMS:
         return f"{inv.program} of the machine"
@@ -574,6 +591,8 @@ def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
         return f"{inv.program} " + next(o for o in inv.operands if o in POWER_VERBS)
     if inv.program == "systemctl" and "isolate" in inv.operands:
         return "systemctl isolate"
+    if inv.program == "systemctl" and any(POWER_TARGETS.match(o) for o in inv.operands):
+        return "systemctl " + next(o for o in inv.operands if POWER_TARGETS.match(o))
     if inv.program in ("systemctl", "service") and any(o in ("stop", "kill", "mask", "disable") for o in inv.operands) \
             and any(re.match(r"(ssh|sshd|systemd-\w+|dbus|networking|network-manager|NetworkManager|"
                              r"systemd-logind|getty@.*|init)(\.service)?$", o) for o in inv.operands):
@@ -582,7 +601,7 @@ def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
             any(op in ("1", "-1") for op in inv.operands) or inv.has_flag("-1")
             or (inv.program != "kill" and any(op in ("init", "systemd", "sshd") for op in inv.operands))):
         return f"{inv.program} of init or of every process"
-    if inv.program in ("dbus-send", "gdbus") and re.search(r"(PowerOff|Reboot|Suspend|Hibernate|Halt)", " ".join(c.argv)):
+    if inv.program in ("dbus-send", "gdbus", "busctl", "qdbus", "qdbus6") and re.search(r"(PowerOff|Reboot|Suspend|Hibernate|Halt)", " ".join(c.argv)):
         return "powering off through D-Bus"
     return None
 
@@ -613,6 +632,44 @@ def _kernel(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
+def _root_or_system(word: str) -> bool:
+    path = normalize_path(word).rstrip("/") or "/"
+    return path == "/" or path in SYSTEM_DIRS or path == UNKNOWN_DIRECTORY
+
+
+def tar_extracts(argv: tuple[str, ...]) -> bool:
+    """Whether a tar command line unpacks (``xf``, ``-x``, ``--extract``, ``--get``)."""
+    first = argv[1] if len(argv) > 1 else ""
+    return (not first.startswith("-") and "x" in first) or any(
+        w in ("--extract", "--get") or re.match(r"^-[A-Za-z]*x", w) is not None for w in argv[1:])
+
+
+def _overwrite_root(c: Command, inv: Invocation, home: str | None) -> str | None:
+    """Unpacking or copying a tree over ``/`` or a system directory (``tar xf x.tar -C /``,
+    ``unzip -o x.zip -d /``, ``cp -r x/. /``): every file it holds replaces the system's."""
+    argv = c.argv
+    if inv.program in ("tar", "bsdtar", "gtar"):
+        extracting = tar_extracts(argv)
+        dirs = [argv[k + 1] for k, w in enumerate(argv[:-1]) if w in ("-C", "--directory", "--cd")]
+        dirs += [w.split("=", 1)[1] for w in argv if w.startswith(("--directory=", "--cd="))]
+        dirs += [w[2:] for w in argv[1:] if w.startswith("-C") and len(w) > 2]
+        hit = next((d for d in dirs if _root_or_system(d)), None)
+        if extracting and hit is not None:
+            return f"unpacking an archive over {hit}"
+    if inv.program in ("unzip", "7z", "7za", "unrar", "bsdunzip"):
+        dirs = [argv[k + 1] for k, w in enumerate(argv[:-1]) if w == "-d"]
+        dirs += [w[2:] for w in argv[1:] if w.startswith(("-d", "-o")) and len(w) > 2 and inv.program != "unzip"
+                 or (inv.program == "unzip" and w.startswith("-d") and len(w) > 2)]
+        hit = next((d for d in dirs if _root_or_system(d)), None)
+        if hit is not None:
+            return f"unpacking an archive over {hit}"
+    if inv.program in ("cp", "rsync") and inv.operands and (
+            inv.has_flag("-r") or inv.has_flag("-a") or inv.has_flag("--archive") or inv.has_flag("--recursive")) \
+            and len(inv.operands) >= 2 and _root_or_system(inv.operands[-1]):
+        return f"copying a tree over {inv.operands[-1]}"
+    return None
+
+
 CommandCheck = Callable[[Command, Invocation, "str | None"], "str | None"]
 COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("rm-protected", _rm_protected),
@@ -622,6 +679,7 @@ COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("move-protected", _move_protected),
     ("format-disk", _format_disk),
     ("write-device", _write_device),
+    ("overwrite-root", _overwrite_root),
     ("power", _power),
     ("kernel", _kernel),
     ("system-file", _system_file),
@@ -725,9 +783,10 @@ _CHECK_PROGRAMS: dict[str, frozenset[str] | None] = {
     "move-protected": frozenset({"mv"}),
     "format-disk": frozenset(DISK_TOOLS),
     "write-device": frozenset({"dd", "ddrescue", "dcfldd", "tee", "shred", "truncate", "badblocks", "sponge",
-                               "blkdiscard", "cp", "mv", "install", "rsync", "pv", "tar"}),
+                               "blkdiscard", "cp", "mv", "install", "rsync", "pv", "tar", "find"}),
+    "overwrite-root": frozenset({"tar", "bsdtar", "gtar", "unzip", "7z", "7za", "unrar", "bsdunzip", "cp", "rsync"}),
     "power": POWER_PROGRAMS | {"init", "telinit", "systemctl", "loginctl", "service", "kill", "pkill", "killall",
-                               "dbus-send", "gdbus"},
+                               "dbus-send", "gdbus", "busctl", "qdbus", "qdbus6"},
     "kernel": KERNEL_PROGRAMS | {"modprobe", "sysctl", "swapoff", "umount", "mount", "tee", "dd", "cp", "sponge"},
     "system-file": WRITERS | {"sed", "perl", "patch", "chmod", "chown", "chgrp", "chattr", "passwd", "userdel",
                               "usermod", "deluser", "chpasswd", "visudo", "vipw", "groupdel", "tar", "sort", "gcc",

@@ -73,7 +73,53 @@ KIND_ALIASES = {kind: kind for kind in TOOL_KINDS}  # "Read" / "read" → kind r
 PATH_ARGUMENTS = ("path", "file_path")
 # commands that need no allow rule of their own inside a command line
 NEUTRAL_COMMANDS = frozenset({"cd", "pwd", "echo", "printf", "true", "false", ":", "test", "[", "[[", "sleep",
-                              "exit", "set", "export", "wait"})
+                              "exit", "wait"})
+# A line that sets a variable is never auto-approved by an allow rule: what a variable
+# changes is what the allowed program runs (``PATH=.:$PATH ls``, ``GIT_EXTERNAL_DIFF=x git
+# diff``, ``LD_PRELOAD=``, ``BASH_ENV=``, ``CC=`` for make, ``export``, ``env X=…``).
+# Read from the text, so an assignment inside quotes also counts: conservative, it asks.
+_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|(`{])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
+# git's options before the sub-command that change what git runs or which config it reads
+# (``-c core.fsmonitor=…``, ``--exec-path``, ``-C``/``--git-dir`` to another repository's
+# config, ``-p`` forcing the configured pager); only these are harmless
+_GIT_HARMLESS_GLOBALS = frozenset({"--no-pager", "-P", "--no-optional-locks", "--literal-pathspecs",
+                                   "--no-replace-objects", "--glob-pathspecs", "--noglob-pathspecs",
+                                   "--icase-pathspecs"})
+# git sub-command options that run a configured program or write a file
+_GIT_RISKY_OPTIONS = re.compile(r"^(--ext-diff|--textconv|--output(=.*)?|--open-files-in-pager(=.*)?|-O.*"
+                                r"|--upload-pack(=.*)?|--receive-pack(=.*)?|--exec(=.*)?|--config(=.*)?)$")
+
+
+def _git_runs_configured_programs(argv: tuple[str, ...]) -> bool:
+    """Whether a git command line chooses what git runs (see above)."""
+    k = 1
+    while k < len(argv) and argv[k].startswith("-"):
+        if argv[k] not in _GIT_HARMLESS_GLOBALS:
+            return True
+        k += 1
+    return any(_GIT_RISKY_OPTIONS.match(word) for word in argv[k + 1:])
+
+
+UNPACKERS = frozenset({"unzip", "bsdunzip", "7z", "7za", "unrar", "cpio", "pax", "ar", "patch"})
+
+
+def _writes_paths_its_input_names(command: Command) -> bool:
+    """An archive unpacked or a patch applied writes the files the archive or patch names,
+    which no rule can see (``.git/config`` among them): an allow rule does not approve it."""
+    argv = command.argv
+    if command.program in UNPACKERS:
+        return True
+    if command.program in ("tar", "bsdtar", "gtar"):
+        return denylist.tar_extracts(argv)
+    if command.program == "git":
+        sub = next((w for w in argv[1:] if not w.startswith("-")), "")
+        return sub in ("apply", "am")
+    return False
+
+
+def _changes_the_environment(command: Command) -> bool:
+    """``printf -v NAME`` assigns a variable (``PATH``) like an assignment does."""
+    return command.program == "printf" and any(w.startswith("-v") for w in command.argv[1:])
 SAFE_REDIRECT_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_*][\w.*-]*)\s*(?:\((?P<spec>.*)\))?\s*$", re.DOTALL)
 
@@ -368,6 +414,8 @@ def _allowed_command(rules: list[Rule], analysis: Analysis) -> Verdict | None:
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
+    if _SETS_VARIABLE.search(analysis.text):
+        return None
     patterns = [(r, parse_command_pattern(r.specifier)) for r in rules if r.specifier is not None]
     used: list[Rule] = []
     for command in analysis.commands:
@@ -375,8 +423,12 @@ def _allowed_command(rules: list[Rule], analysis: Analysis) -> Verdict | None:
             return None
         if command.wrapper is not None and not command.privileged:
             continue  # timeout, nice, env, xargs, bash -c …: judged by what they run
+        if _changes_the_environment(command) or _writes_paths_its_input_names(command):
+            return None
         if command.wrapper is None and command.program in NEUTRAL_COMMANDS:
             continue
+        if command.program == "git" and _git_runs_configured_programs(command.argv):
+            return None
         inv = normalize(command.argv)
         rule = next((r for r, p in patterns if command_matches(p, inv, exact=True)), None)
         if rule is None:

@@ -1,0 +1,155 @@
+"""Classes an attacker found against the permission policy after the tree-sitter parser,
+self-protection and the plan-mode shim landed; each row is a spelling of its class, with
+the decision it must get now, beside ordinary lines of the same programs that must keep
+theirs. Run through the real PermissionPolicy and bash tool, like the decision table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_code.policy.commands import normalize, normalize_path
+from agent_code.policy.permissions import PermissionPolicy
+from agent_code.policy.rules import RuleSet
+from agent_code.tools import default_tools
+
+BASH = default_tools().get("bash")
+
+
+def decision(mode: str, command: str, allow: tuple[str, ...] = (), root: Path | None = None) -> str:
+    policy = PermissionPolicy(mode, rules=RuleSet.from_lists(allow=list(allow)), root=root)
+    return policy.explain(BASH, {"command": command}).behavior
+
+
+# A. an allow rule approving a line that changes what the allowed program runs: git's global
+#    options and program-valued options, variables set on the line (prefix, env, export, printf -v),
+#    archives and patches that write the files they name
+RULE_BYPASSES = [
+    ("git -c core.fsmonitor='touch /tmp/x' status", "bash(git status:*)"),
+    ("git -c diff.external=id diff", "bash(git diff:*)"),
+    ("git -c core.pager=id -p log", "bash(git log:*)"),
+    ("git --config-env=core.pager=PATH status", "bash(git status:*)"),
+    ("git --exec-path=/tmp status", "bash(git status:*)"),
+    ("git -C /tmp/evil status", "bash(git status:*)"),
+    ("git --git-dir=/tmp/evil status", "bash(git status:*)"),
+    ("git --work-tree=/tmp/evil status", "bash(git status:*)"),
+    ("git -p log", "bash(git log:*)"),
+    ("git diff --ext-diff", "bash(git diff:*)"),
+    ("git diff --output=out.txt", "bash(git diff:*)"),
+    ("git grep -Ovim x", "bash(git grep:*)"),
+    ("GIT_EXTERNAL_DIFF=id git diff", "bash(git diff:*)"),
+    ("GIT_CONFIG_GLOBAL=evilcfg git status", "bash(git status:*)"),
+    ("GIT_DIR=/tmp/evil/.git git status", "bash(git status:*)"),
+    ("GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=x git status", "bash(git status:*)"),
+    ("PATH=.:$PATH ls", "bash(ls:*)"),
+    ("LD_PRELOAD=./x.so ls", "bash(ls:*)"),
+    ("env PATH=. ls", "bash(ls:*)"),
+    ("env LD_PRELOAD=./x.so ls", "bash(ls:*)"),
+    ("export PATH=.:$PATH; ls", "bash(ls:*)"),
+    ("export LD_PRELOAD=./x.so && ls", "bash(ls:*)"),
+    ("PATH=. ; ls", "bash(ls:*)"),
+    ("printf -v PATH %s .; ls", "bash(ls:*)"),
+    ("CC='rm -rf ~' make", "bash(make:*)"),
+    ("tar xf evil.tar", "bash(tar:*)"),
+    ("tar -xzf evil.tgz", "bash(tar:*)"),
+    ("unzip evil.zip", "bash(unzip:*)"),
+    ("patch -p1 -i x.diff", "bash(patch:*)"),
+    ("git apply --unsafe-paths x.diff", "bash(git apply:*)"),
+    ("git am x.mbox", "bash(git am:*)"),
+]
+
+RULE_STILL_ALLOWED = [
+    ("git status", "bash(git status:*)"),
+    ("git status --short", "bash(git status:*)"),
+    ("git --no-pager log -p -3", "bash(git log:*)"),
+    ("git log --format=%h -5", "bash(git log:*)"),
+    ("git diff HEAD~1 -- src", "bash(git diff:*)"),
+    ("cd src && ls -la", "bash(ls:*)"),
+    ("echo hi && git status --short", "bash(git status:*)"),
+    ("tar czf out.tgz src", "bash(tar:*)"),
+    ("tar tf x.tar", "bash(tar:*)"),
+    ("make test", "bash(make:*)"),
+]
+
+
+@pytest.mark.parametrize("command, rule", RULE_BYPASSES)
+def test_an_allow_rule_does_not_approve_a_line_that_changes_what_runs(command, rule):
+    assert decision("default", command, (rule,)) == "ask", command
+
+
+@pytest.mark.parametrize("command, rule", RULE_STILL_ALLOWED)
+def test_the_same_rules_still_approve_ordinary_lines(command, rule):
+    assert decision("default", command, (rule,)) == "allow", command
+
+
+# B–D. the built-in deny list (bypassPermissions): abbreviated long options, runners that take a
+#      command, /proc aliases of /, power targets, partition tools in script mode, devices written
+#      through find, archives and trees unpacked over / or a system directory
+DENIED = [
+    # getopt_long takes any unique prefix of a long option
+    "rm --r /", "rm --r ~", "rm --re -f ~", "rm -f --recu /etc", "rm --forc --rec /", "rm --recur /usr",
+    "rm --no-pres --rec /", "mv --targ /tmp /usr", "mv --t=/tmp ~", "mv --target=/tmp /etc", "chmod --rec 000 /",
+    "chown --recu nobody /",
+    # commands hidden in a program's arguments
+    "git -c alias.x='!rm -rf /' x", "git -c alias.x='!shutdown now' x", "git -c core.fsmonitor='rm -rf /' status",
+    "git -c core.pager='shutdown now' -p log", "git -c diff.external='mkfs.ext4 /dev/sda' diff",
+    "git -c core.sshCommand='rm -rf ~' fetch", "fakeroot rm -rf /", "fakeroot shutdown now",
+    "screen -dm rm -rf /", "screen -S x -dm mkfs.ext4 /dev/sda", "proxychains rm -rf ~", "ltrace rm -rf /",
+    # /proc/PID/root is /, /proc/PID/cwd and open descriptors may be any directory
+    "rm -rf /proc/self/root/", "rm -rf /proc/self/root", "rm -rf /proc/1/root/etc", "rm -rf /proc//1//root//",
+    "rm -rf /proc/1/task/1/root", "rm -rf /proc/1/cwd/", "rm -rf /proc/self/cwd/..", "rm -rf /proc/self/fd/3",
+    "rm -rf /dev/fd/3/",
+    # power and partitions
+    "systemctl start reboot.target", "systemctl start poweroff.target", "systemctl restart halt.target",
+    "systemctl start ctrl-alt-del.target", "systemctl start suspend.target", "systemctl start kexec",
+    "parted -s /dev/sda mklabel gpt", "parted /dev/sda -s mkpart p 0 100%", "parted -s /dev/sda rm 1",
+    "busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager PowerOff b false",
+    # devices written by find's output options
+    "find / -fls /dev/sda", "find / -fprintf /dev/sda x", "find /tmp -fprint /dev/sda",
+    # unpacking or copying over / or a system directory
+    "tar xf x.tar -C /", "tar -C / -xf /tmp/x.tar", "tar --extract -f x.tar --directory=/etc", "tar -xf x.tar -C/usr",
+    "unzip -o x.zip -d /", "unzip x.zip -d /etc", "cp -r x/. /", "cp -a x/. /usr", "rsync -a x/ /usr",
+]
+
+ASKED = [  # what runs is only known when it runs: the REPL asks, headless refuses
+    "PROMPT_COMMAND='rm -rf /' bash -i", "PROMPT_COMMAND='shutdown now' bash -i", "BASH_ENV=/tmp/x bash -c :",
+    "ENV=/tmp/x sh -i", "export BASH_ENV=./x; bash -c true", "tmux new -d 'rm -rf /'", "tmux new-session -d 'agent-code'",
+    "tmux send-keys -t 0 'rm -rf /' Enter", "vim -c '!rm -rf /'", "vi +'!shutdown now' x", "make -f /dev/stdin <<< 'all:;rm -rf /'",
+    "make -f - <<< 'all:;rm -rf /'", "make --eval='all:;rm -rf /'", "git --config-env=alias.x=CMD x",
+]
+
+STILL_ALLOWED = [
+    "rm --r build", "rm --recursive --force dist", "mv --t=dist build", "cp --rec a b", "git log -p", "git -c color.ui=always log",
+    "vim file.py", "tmux ls", "screen -ls", "make test", "cat /proc/self/status", "rm -rf /proc/self/cwd/build",
+    "systemctl status nginx", "systemctl restart nginx", "systemctl list-units --type=target", "parted -l",
+    "parted /dev/sda print", "tar xf x.tar", "tar czf /tmp/a.tgz src", "tar xf x.tar -C build", "tar -C / -cf /tmp/root.tar etc",
+    "unzip x.zip -d out", "cp -r src dst", "rsync -a src/ /tmp/backup", "find . -fprint list.txt",
+]
+
+
+@pytest.mark.parametrize("command", DENIED)
+def test_denied_in_every_mode(command):
+    assert decision("bypassPermissions", command) == "deny", command
+    assert decision("default", command, ("bash",)) == "deny", command
+
+
+@pytest.mark.parametrize("command", ASKED)
+def test_asked_even_in_bypass(command):
+    assert decision("bypassPermissions", command) == "ask", command
+
+
+@pytest.mark.parametrize("command", STILL_ALLOWED)
+def test_ordinary_lines_stay_allowed_in_bypass(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+def test_abbreviations_and_proc_aliases_are_normalized():
+    assert normalize(("rm", "--rec", "--forc", "x")).flags == (("-r", None), ("-f", None))
+    assert normalize(("mv", "--t=/tmp", "x")).flags == (("-t", "/tmp"),)
+    assert normalize(("rm", "--re", "x")).flags == (("-r", None),)          # unique prefix of --recursive only
+    assert normalize(("rm", "--v", "x")).flags == (("--v", None),)          # --verbose or --version: left as written
+    assert normalize_path("/proc/self/root/etc/../usr") == "/usr"
+    assert normalize_path("/proc/1/cwd/build") == "$UNKNOWN_DIRECTORY/build"
+    assert normalize_path("/proc/1/cwd/../x") == "$UNKNOWN_DIRECTORY"
+    assert normalize_path("/proc/self/status") == "/proc/self/status"
