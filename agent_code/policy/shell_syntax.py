@@ -88,7 +88,7 @@ class Simple(NamedTuple):
         return tuple(w.text for w in self.words)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Compound:
     """A compound command as one pipeline stage: its body, and redirections on it."""
 
@@ -96,17 +96,26 @@ class Compound:
     kind: str = "group"
     redirects: tuple[tuple[str, Word], ...] = ()
 
+    def __init__(self, body: "Script", kind: str = "group", redirects: tuple[tuple[str, Word], ...] = ()) -> None:
+        self.__dict__.update(body=body, kind=kind, redirects=redirects)  # frozen, without a setattr per field
+
 
 Stage = Union[Simple, Compound]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Script:
     pipelines: tuple[tuple[Stage, ...], ...] = ()
     fork_bomb: bool = False
     substitutions: tuple["Script", ...] = ()  # in words that are not part of a simple command's argv
     functions: tuple[str, ...] = ()           # names of the functions it defines
     errors: tuple[str, ...] = ()              # syntax errors (tree-sitter ERROR / MISSING nodes)
+
+    def __init__(self, pipelines: tuple[tuple[Stage, ...], ...] = (), fork_bomb: bool = False,
+                 substitutions: tuple["Script", ...] = (), functions: tuple[str, ...] = (),
+                 errors: tuple[str, ...] = ()) -> None:
+        self.__dict__.update(pipelines=pipelines, fork_bomb=fork_bomb, substitutions=substitutions,
+                             functions=functions, errors=errors)  # frozen, without a setattr per field
 
 
 _SPECIAL_RE = re.compile(r"([*?\[\]{},~\\])")
