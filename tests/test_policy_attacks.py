@@ -62,6 +62,7 @@ RULE_BYPASSES = [
 RULE_STILL_ALLOWED = [
     ("git status", "bash(git status:*)"),
     ("git status --short", "bash(git status:*)"),
+    ("git --version", "bash(git:*)"),
     ("git --no-pager log -p -3", "bash(git log:*)"),
     ("git log --format=%h -5", "bash(git log:*)"),
     ("git diff HEAD~1 -- src", "bash(git diff:*)"),

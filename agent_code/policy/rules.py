@@ -84,7 +84,8 @@ _SETS_VARIABLE = re.compile(r"(?:^|[\s;&|(`{])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\
 # config, ``-p`` forcing the configured pager); only these are harmless
 _GIT_HARMLESS_GLOBALS = frozenset({"--no-pager", "-P", "--no-optional-locks", "--literal-pathspecs",
                                    "--no-replace-objects", "--glob-pathspecs", "--noglob-pathspecs",
-                                   "--icase-pathspecs"})
+                                   "--icase-pathspecs", "--version", "-v", "--html-path", "--man-path",
+                                   "--info-path"})
 # git sub-command options that run a configured program or write a file
 _GIT_RISKY_OPTIONS = re.compile(r"^(--ext-diff|--textconv|--output(=.*)?|--open-files-in-pager(=.*)?|-O.*"
                                 r"|--upload-pack(=.*)?|--receive-pack(=.*)?|--exec(=.*)?|--config(=.*)?)$")
