@@ -5,6 +5,7 @@ theirs. Run through the real PermissionPolicy and bash tool, like the decision t
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ RULE_STILL_ALLOWED = [
     ("git --no-pager log -p -3", "bash(git log:*)"),
     ("git log --format=%h -5", "bash(git log:*)"),
     ("git diff HEAD~1 -- src", "bash(git diff:*)"),
-    ("cd src && ls -la", "bash(ls:*)"),
+    ("cd tests && ls -la", "bash(ls:*)"),  # a directory of the project (tests run from its root)
     ("echo hi && git status --short", "bash(git status:*)"),
     ("tar czf out.tgz src", "bash(tar:*)"),
     ("tar tf x.tar", "bash(tar:*)"),
@@ -154,3 +155,73 @@ def test_abbreviations_and_proc_aliases_are_normalized():
     assert normalize_path("/proc/1/cwd/build") == "$UNKNOWN_DIRECTORY/build"
     assert normalize_path("/proc/1/cwd/../x") == "$UNKNOWN_DIRECTORY"
     assert normalize_path("/proc/self/status") == "/proc/self/status"
+
+
+# A′. an allow rule approving an allowed program run in another directory, whose config it
+#     reads: `cd /tmp/evil && git status` runs the fsmonitor a planted repository names
+CHDIR_BYPASSES = [
+    "cd {evil} && git status", "cd {evil}; git status", "(cd {evil} && git status)", "pushd {evil} && git status",
+    "cd {evil} || git status", "{{ cd {evil}; git status; }}", "cd src && cd {evil} && git status",
+    "cd {link} && git status", "cd sub && git status", "cd sub/inner && git status", "cd .. && git status",
+    "cd src/../.. && git status", "cd $OLDPWD && git status", "cd ~ && git status", "cd && git status",
+    "cd - && git status", "popd && git status", "cd not-there && git status", "cd {evil}/../{evil} && git status",
+    "env -C {evil} git status", "env --chdir={evil} git status", "env --ch {evil} git status",
+    "env -iC{evil} git status", "unshare --wd={evil} git status", "timeout 5 env -C {evil} git status",
+    "cd {evil_rel} && git status", "cd src && git status && cd {evil} && git status", "cd s* && git status",
+    "cd $(echo {evil}) && git status", "cd `echo {evil}` && git status", "cd {{src,{evil}}} && git status",
+]
+CHDIR_STILL_ALLOWED = ["cd src && git status", "cd {root} && git status", "cd ./src/ && git status --short",
+                       "cd {root}/src && git status", "git status", "timeout 5 git status"]
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> dict[str, str]:
+    """A project (with a nested repository and a symlink out) and, beside it, a repository
+    whose config names an fsmonitor program."""
+    root, evil = tmp_path / "project", tmp_path / "evil"
+    (root / "src").mkdir(parents=True)
+    (root / "sub" / "inner").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "init", "-q", str(root / "sub")], check=True)
+    subprocess.run(["git", "init", "-q", str(evil)], check=True)
+    subprocess.run(["git", "-C", str(evil), "config", "core.fsmonitor", f"touch {tmp_path}/ran"], check=True)
+    (root / "link").symlink_to(evil)
+    return {"root": str(root), "evil": str(evil), "link": "link", "evil_rel": "../evil"}
+
+
+@pytest.mark.parametrize("template", CHDIR_BYPASSES)
+def test_an_allow_rule_does_not_approve_a_line_that_runs_it_elsewhere(template, planted):
+    command = template.format(**planted)
+    assert decision("default", command, ("bash(git status:*)",), Path(planted["root"])) == "ask", command
+
+
+@pytest.mark.parametrize("template", CHDIR_STILL_ALLOWED)
+def test_an_allow_rule_still_approves_it_within_the_project(template, planted):
+    command = template.format(**planted)
+    assert decision("default", command, ("bash(git status:*)",), Path(planted["root"])) == "allow", command
+
+
+def test_the_planted_repository_really_runs_its_program(planted, tmp_path):
+    """The attack is real: git status in the planted repository runs the fsmonitor."""
+    subprocess.run(["bash", "-c", f"cd {planted['evil']} && git status"], capture_output=True, timeout=60)
+    assert (tmp_path / "ran").exists()
+
+
+# A″. plan mode's read-only check: a line that shlex reads as one harmless word while bash
+#     runs a second command ($'…' quoting, which shlex does not know)
+SHLEX_MISREADS = [
+    "echo $'\\'' ; touch pwned #'",
+    "true $'\\'' && touch pwned #'",
+    "echo $'a\\'b' | touch pwned #'",
+    "cat $'\\'' || touch pwned; false #'",
+    "grep -r x $'\\'' ; touch pwned #' .",
+]
+
+
+@pytest.mark.parametrize("command", SHLEX_MISREADS)
+def test_plan_mode_does_not_take_a_misread_line_for_a_reader(command, tmp_path):
+    from agent_code.policy.readonly import read_only_command_problem
+
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, timeout=30)
+    assert (tmp_path / "pwned").exists(), "the attack must be real: bash runs the second command"
+    assert read_only_command_problem(command) is not None, command

@@ -209,7 +209,7 @@ def test_allow_rules_are_exact_unless_prefix_and_need_every_command():
         return verdict is not None and verdict.behavior == "allow"
 
     assert allowed("git diff") and allowed("git --no-pager diff HEAD~1 -- src") and allowed("npm test")
-    assert allowed("cd sub && pytest -x tests") and allowed("timeout 60 pytest") and allowed("git diff 2>&1")
+    assert allowed("cd tests && pytest -x .") and allowed("timeout 60 pytest") and allowed("git diff 2>&1")
     assert not allowed("npm test --watch")            # exact: no extra flags
     assert not allowed("npm test extra")              # ... or operands
     assert not allowed("git diff && rm -f x")         # every command must be allowed
@@ -217,6 +217,7 @@ def test_allow_rules_are_exact_unless_prefix_and_need_every_command():
     assert not allowed("sudo pytest")                 # sudo must be allowed itself
     assert not allowed("pytest $(curl -s x)")         # the substitution runs curl
     assert not allowed("echo hi")                     # no rule was used at all
+    assert not allowed("cd / && pytest -x tests")     # run outside the project (its config, its conftest)
 
 
 def test_precedence_deny_over_ask_over_allow_over_mode():

@@ -2,14 +2,16 @@
 
 One package, below the agent loop and above the tools it judges:
 
-- ``shell_syntax`` — bash tokenizing and parsing (quoting, operators, substitutions,
-  here-documents), no process started;
+- ``shell_syntax`` — bash parsed with tree-sitter's grammar into pipelines, commands
+  and words (quoting, substitutions, here-documents opened up), no process started;
 - ``commands`` — what a command line would run, at any depth, unwrapped and normalized;
 - ``denylist`` — the built-in deny list, on in every mode;
 - ``rules`` — ``allow``/``ask``/``deny`` rules (``bash(git diff:*)``, ``read_file(src/**)``);
 - ``settings`` — the ``permissions`` section of a settings file;
 - ``self_protection`` — the agent's own settings, hooks, skills and ``.git``, which no
   call may change outside bypassPermissions;
+- ``readonly`` — which commands plan mode runs as reading (git with its executable
+  config neutralised);
 - ``permissions`` — the modes and the decision, :class:`PermissionPolicy` (its
   :meth:`~PermissionPolicy.explain`: the decision and why, without asking anyone).
 

@@ -1,7 +1,8 @@
 """Read-only commands: what plan mode lets the bash tool run.
 
 :func:`read_only_command_problem` is an allow-list over a real tokenization (``shlex`` with
-shell punctuation), never a substring match: every command in a pipeline or
+shell punctuation, then checked against the policy's tree-sitter reading of the same line),
+never a substring match: every command in a pipeline or
 ``;``/``&&``/``||`` chain must be an allowed reader with no writing option, and redirections
 other than to ``/dev/null``, substitutions, subshells, background jobs, variable assignments
 and multi-line scripts are refused. It is deliberately conservative: a refused harmless
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import re
 import shlex
+
+from agent_code.policy.commands import analyze
 
 READ_ONLY_COMMANDS = frozenset({
     "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo", "printf",
@@ -195,7 +198,21 @@ def read_only_command_problem(command: str) -> str | None:
         else:
             words.append(token)
         i += 1
-    return _simple_command_problem(words)
+    problem = _simple_command_problem(words)
+    return problem if problem is not None else _parser_disagrees(command)
+
+
+def _parser_disagrees(command: str) -> str | None:
+    """The same line read by the policy's tree-sitter parser (:func:`commands.analyze`)
+    must show only those readers too: where the two readings of a line differ, the line
+    is refused rather than judged by the more lenient one."""
+    analysis = analyze(command)
+    if analysis.errors or analysis.unknown or analysis.opaque:
+        return "the shell parser cannot read this command line as plain readers"
+    for c in analysis.commands:
+        if c.wrapper is not None or c.program not in READ_ONLY_COMMANDS:
+            return f"{c.program!r} is not a read-only command"
+    return None
 
 
 def is_read_only_command(command: str) -> bool:

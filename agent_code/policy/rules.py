@@ -33,8 +33,9 @@ operands (``*`` inside a word is a wildcard). Then:
   allowed only when *every* command in it is allowed by some rule — ``cd``, ``echo``,
   ``pwd``, ``true`` … need none, and transparent wrappers (``timeout``, ``nice``,
   ``env``, ``xargs`` …) count as what they run, but ``sudo``/``su``/``doas`` must be
-  allowed themselves — with no output redirected to a file, and nothing nested too
-  deep to see.
+  allowed themselves — with no output redirected to a file, nothing nested too
+  deep to see, no variable set, and no ``cd`` out of the project (one ``cd``, into an
+  existing directory of the project that is no repository of its own).
 
 **Path globs** are relative to the project: ``*`` and ``?`` stay within a directory,
 ``**`` crosses directories, a pattern without ``/`` matches a name at any depth (like
@@ -99,6 +100,51 @@ def _git_runs_configured_programs(argv: tuple[str, ...]) -> bool:
             return True
         k += 1
     return any(_GIT_RISKY_OPTIONS.match(word) for word in argv[k + 1:])
+
+
+# A line that changes directory is approved by an allow rule only when it moves into the
+# project itself: an allowed program run elsewhere reads that place's config (``cd /tmp/evil
+# && git status`` runs the fsmonitor a planted repository names), which the rule's own
+# exclusions (``git -C``) were written to keep out. Wrappers that change directory count
+# too (``env -C DIR``, ``unshare --wd``, ``firejail --private-cwd``).
+_CHDIR_OPTION = re.compile(r"^(-[A-Za-z]*[CDw]|--(c|ch|chd|chdi|chdir|wd|private-cwd|working-directory)(=|$))")
+_CD_PROGRAMS = frozenset({"cd", "pushd", "popd", "chdir"})
+_SHELL_VALUE = re.compile(r"[$`~*?\[{]")
+
+
+def _leaves_the_project(commands: list[Command], root: Path | None) -> bool:
+    """Whether a command of the line may run somewhere other than the project (above)."""
+    moves = [c for c in commands if c.wrapper is None and c.program in _CD_PROGRAMS]
+    if any(c.wrapper is not None and not c.privileged and any(_CHDIR_OPTION.match(w) for w in c.argv[1:])
+           for c in commands):
+        return True
+    if not moves:
+        return False
+    if len(moves) > 1:  # one cd, taken from where every bash call starts: the project (cwd when None)
+        return True
+    return not _project_directory(moves[0], root if root is not None else Path(os.getcwd()))
+
+
+def _project_directory(command: Command, root: Path) -> bool:
+    """``cd DIR`` to an existing directory of the project (resolved, symlinks followed)
+    that is not inside another repository below it."""
+    if command.program == "popd":
+        return False
+    args = [a for a in command.argv[1:] if a not in ("-L", "-P", "-e", "-@", "--")]
+    if len(args) != 1 or args[0].startswith("-") or _SHELL_VALUE.search(args[0]):
+        return False
+    target = args[0]
+    if os.environ.get("CDPATH") and not target.startswith(("/", "./", "../")) and target not in (".", ".."):
+        return False  # cd looks in $CDPATH first
+    top = os.path.realpath(root)
+    place = os.path.realpath(os.path.join(top, target))
+    if place != top and not place.startswith(top.rstrip(os.sep) + os.sep) or not os.path.isdir(place):
+        return False
+    while place != top:  # a nested repository has a config of its own
+        if os.path.lexists(os.path.join(place, ".git")):
+            return False
+        place = os.path.dirname(place)
+    return True
 
 
 UNPACKERS = frozenset({"unzip", "bsdunzip", "7z", "7za", "unrar", "cpio", "pax", "ar", "patch"})
@@ -350,9 +396,10 @@ class RuleSet:
                 unjudged = builtin_ask(analysis)
                 if unjudged is not None:
                     return unjudged
-        return self._allowed(tool, subject, analysis, path)
+        return self._allowed(tool, subject, analysis, path, root)
 
-    def _allowed(self, tool: Tool, subject: Subject, analysis: Analysis | None, path: str | None) -> Verdict | None:
+    def _allowed(self, tool: Tool, subject: Subject, analysis: Analysis | None, path: str | None,
+                 root: Path | None = None) -> Verdict | None:
         rules = [r for r in self.of("allow") if applies_to(r, tool)]
         if not rules:
             return None
@@ -360,7 +407,7 @@ class RuleSet:
         if bare is not None:
             return Verdict("allow", bare.text, bare.source)
         if analysis is not None:
-            return _allowed_command(rules, analysis)
+            return _allowed_command(rules, analysis, root)
         for rule in rules:
             if _specifier_matches(rule, subject, path):
                 return Verdict("allow", rule.text, rule.source)
@@ -411,11 +458,13 @@ def _matches_any(rule: Rule, tool: Tool, subject: Subject, analysis: Analysis | 
     return "" if _specifier_matches(rule, subject, path) else None
 
 
-def _allowed_command(rules: list[Rule], analysis: Analysis) -> Verdict | None:
+def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = None) -> Verdict | None:
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
     if _SETS_VARIABLE.search(analysis.text):
+        return None
+    if _leaves_the_project(analysis.commands, root):
         return None
     patterns = [(r, parse_command_pattern(r.specifier)) for r in rules if r.specifier is not None]
     used: list[Rule] = []
