@@ -22,6 +22,7 @@ from agent_code.parse import detect_parsers, parse_completion
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
 from agent_code.trajectory.history import POLICIES, PromptPlan, plan_prompt
 from agent_code.trajectory.records import TurnRecord
+from agent_code.trajectory.tokens import TokenSeq, as_ids
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
 
@@ -33,7 +34,7 @@ class RenderError(ValueError):
 @dataclass
 class PreparedTurn:
     request: ChatRequest
-    prompt_ids: Sequence[int]          # an array('i') (see PromptPlan)
+    prompt_ids: TokenSeq               # shares the held ids (see PromptPlan)
     sampling: SamplingParams
     timing: dict[str, float]
     plan: PromptPlan | None = None
@@ -42,7 +43,7 @@ class PreparedTurn:
 @dataclass
 class TurnOutcome:
     request: ChatRequest
-    prompt_ids: Sequence[int]
+    prompt_ids: TokenSeq
     generation: Generation
     reply: ParsedReply
     stop_sequence: str | None
@@ -153,7 +154,7 @@ class Gateway:
             if turn.sampling.max_new_tokens <= 0:  # context budget exhausted: stop at once
                 generation = Generation([], [], "length", prompt_tokens=len(turn.prompt_ids))
             else:
-                generation = await self.engine.generate(turn.prompt_ids, turn.sampling, session_id=session.id)
+                generation = await self.engine.generate(as_ids(turn.prompt_ids), turn.sampling, session_id=session.id)
             t2 = time.perf_counter()
             reply, stop_sequence = self.parse(generation, turn.sampling, turn.request)
             t3 = time.perf_counter()
@@ -232,5 +233,6 @@ class Gateway:
         session.turns.append(record)
         session.history.add(record, plan.messages_key if plan is not None else None)
         if self.turn_log is not None:
-            self.turn_log.append(record)
+            parent_record = session.turns[record.parent] if record.parent is not None else None
+            self.turn_log.append(record, parent_record)
         return record

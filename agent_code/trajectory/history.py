@@ -40,6 +40,7 @@ from typing import Any, Sequence
 
 from agent_code.trajectory import echo, side
 from agent_code.trajectory.records import TurnRecord
+from agent_code.trajectory.tokens import TokenSeq
 
 POLICIES = ("tokens", "template")
 HELD_MARKER = "\u27e6agent-code:held-reply\u27e7"
@@ -83,10 +84,10 @@ def conversation_key(turn: TurnRecord, messages_key: bytes | None = None) -> byt
 
 @dataclass
 class PromptPlan:
-    """The prompt of a turn and how it came about. ``prompt_ids`` is an ``array('i')``: a held
-    prefix is copied as a block, never as Python ints."""
+    """The prompt of a turn and how it came about. ``prompt_ids`` is a :class:`TokenSeq`: a
+    held prefix is shared with the turn that holds it, never copied."""
 
-    prompt_ids: array
+    prompt_ids: TokenSeq
     parent: int | None = None
     prefix_reused: int = 0
     policy: str = "tokens"
@@ -142,8 +143,7 @@ def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHist
         found, key = history.lookup(messages, tools)
         if found is not None:
             parent = turns[found[0]]
-            held = array("i", parent.prompt_ids)  # copied as a block
-            held.extend(parent.output_ids)
+            held = parent.held()  # shared, never copied
             ends_with_eot = bool(parent.output_ids) and parent.output_ids[-1] in set(renderer.end_of_turn_ids)
             try:
                 suffix = render_suffix(renderer, parent.reply, messages[found[1]:], tools, ends_with_eot)
@@ -153,13 +153,13 @@ def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHist
                 plan.messages_key = key
                 return plan
             prefix_reused = len(held)
-            held.extend(suffix)
+            prompt = held.extend(suffix)
             echoed = messages[found[1] - 1]
             notes = [] if echoed == parent.reply else echo.differences(
                 parent.reply, echoed, echo.schemas(tools), parent.index)
-            return PromptPlan(held, parent=parent.index, prefix_reused=prefix_reused, messages_key=key,
+            return PromptPlan(prompt, parent=parent.index, prefix_reused=prefix_reused, messages_key=key,
                               held_messages=found[1], notes=notes)
-        plan = PromptPlan(array("i", renderer.render(messages, tools)), messages_key=key)
+        plan = PromptPlan(TokenSeq(renderer.render(messages, tools)), messages_key=key)
         plan.branch_hint = _root_hint(turns, messages, tools)
         return plan
     if policy == "template":
@@ -186,7 +186,7 @@ def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[di
                    tools: Any) -> PromptPlan:
     """Full re-render, then classify how it relates to what the session already holds."""
     ids = array("i", renderer.render(messages, tools))
-    plan = PromptPlan(ids, policy="template")
+    plan = PromptPlan(TokenSeq(ids), policy="template")
     best: TurnRecord | None = None
     for turn in turns:  # the longest held prompt that this prompt starts with
         n = len(turn.prompt_ids)
@@ -201,6 +201,7 @@ def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[di
     region = ids[start:start + len(out)]
     agree = next((i for i, (a, b) in enumerate(zip(region, out)) if a != b), min(len(region), len(out)))
     plan.parent, plan.prefix_reused = best.index, start + agree
+    plan.prompt_ids = best.held().extend(ids[start + agree:], start + agree)  # shares what agrees
     if agree < len(out):
         plan.branch_hint = "template-drift"  # later turns of the old chain no longer extend this one
         cause = f"the template re-rendered turn {best.index}'s output differently from token {agree} of {len(out)}"

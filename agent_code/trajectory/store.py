@@ -111,9 +111,11 @@ class TurnLog:
     def path_for(self, session_id: str) -> Path:
         return self.sessions_dir / (safe_name(session_id) + TURNS_SUFFIX)
 
-    def append(self, record: TurnRecord) -> Path:
-        """Write one turn as one JSON line, flushed and fsynced before returning."""
-        line = json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    def append(self, record: TurnRecord, parent: TurnRecord | None = None) -> Path:
+        """Write one turn as one JSON line, flushed and fsynced before returning; what it
+        shares with ``parent`` (its parent record, already in this log) by reference
+        (:meth:`TurnRecord.to_log`)."""
+        line = json.dumps(record.to_log(parent), ensure_ascii=False, separators=(",", ":"))
         path = self.path_for(record.session_id)
         with self._lock:
             if not self.sessions_dir.is_dir():
@@ -165,12 +167,19 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def read_turn_log(path: str | os.PathLike) -> list[TurnRecord]:
+    """The records of one turn log, in file order; a turn written by reference
+    (:meth:`TurnRecord.to_log`) is rebuilt from the records before it, sharing their ids."""
     records = []
+    earlier: dict[str, dict[int, TurnRecord]] = {}   # per session id: index -> latest record
     for obj in _json_lines(Path(path)):
         try:
-            records.append(TurnRecord.from_dict(obj))
+            seen = earlier.setdefault(str(obj.get("session_id")), {})
+            record = TurnRecord.from_log(obj, seen)
         except (TypeError, ValueError) as exc:
             log.warning("%s: skipping a malformed turn record: %s", path, exc)
+            continue
+        seen[record.index] = record
+        records.append(record)
     return records
 
 
