@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import socket
 from enum import Enum
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -89,6 +89,7 @@ def serve(
     """Serve the Anthropic Messages API (POST /v1/messages), the OpenAI Chat Completions API
     (POST /v1/chat/completions) and the OpenAI Responses API (POST /v1/responses) in front of a
     local engine, recording every turn token for token. The API key is the session id."""
+    import asyncio
     import sys
 
     import uvicorn
@@ -96,6 +97,7 @@ def serve(
     from agent_code.gateway.app import create_app
     from agent_code.gateway.auth import bind_problem
     from agent_code.gateway.server import build_gateway
+    from agent_code.gateway.starting import StartingApp
 
     admin_token = admin_token or None  # an empty variable is no token
     sessions, history_policy, reward_policy = sessions.value, history_policy.value, reward_policy.value
@@ -112,28 +114,44 @@ def serve(
         why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc.strerror or exc}"
         print(f"agent-code serve: error: {host}:{port} {why} (pick another with --port)", file=sys.stderr)
         raise typer.Exit(1)
-    try:
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}"   # the real port, also for --port 0
+
+    def build() -> Any:  # in a thread, while /healthz already answers (gateway/starting.py)
         gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
                                 max_context_tokens=max_context, history_policy=history_policy,
                                 trajectory_dir=trajectory_dir, reward_policy=reward_policy,
                                 max_sessions=max_sessions, max_in_flight=max_in_flight,
                                 open_on_first_use=sessions == "auto")
-    except Exception as exc:
-        sock.close()
-        print(f"agent-code serve: error: {exc}", file=sys.stderr)
+        app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
+        print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
+              f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on {url} "
+              f"(Anthropic /v1/messages, OpenAI /v1/chat/completions and /v1/responses); "
+              f"sessions {sessions}; session management "
+              f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
+              file=sys.stderr, flush=True)
+        return app_
+
+    starting = StartingApp()
+    server = uvicorn.Server(uvicorn.Config(starting, host=host, port=port, log_level="warning", lifespan="off"))
+    failed: list[BaseException] = []
+
+    async def run() -> None:
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        loading = asyncio.ensure_future(starting.load(build))
+        await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
+        if not loading.done():   # stopped (Ctrl-C) while loading: the load thread is a daemon
+            loading.cancel()
+        elif loading.exception() is not None:
+            failed.append(loading.exception())  # type: ignore[arg-type]
+            server.should_exit = True
+        await serving
+
+    asyncio.run(run())
+    if failed:
+        print(f"agent-code serve: error: {failed[0]}", file=sys.stderr)
         raise typer.Exit(1)
-    port = sock.getsockname()[1]   # the real one, also for --port 0
-    shown = f"[{host}]" if ":" in host else host
-    print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
-          f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on http://{shown}:{port} "
-          f"(Anthropic /v1/messages, OpenAI /v1/chat/completions and /v1/responses); "
-          f"sessions {sessions}; session management "
-          f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
-          file=sys.stderr)
-    app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
-    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning", lifespan="off"))
-    server.run(sockets=[sock])
 
 
 def main(argv: list[str]) -> None:
