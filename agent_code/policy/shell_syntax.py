@@ -27,9 +27,10 @@ are pure functions. The grammar's :class:`tree_sitter.Parser` is built once per 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
-from functools import lru_cache, partial
-from typing import NamedTuple, Union
+from functools import lru_cache
+from typing import NamedTuple, Sequence, Union
 
 import tree_sitter
 import tree_sitter_bash
@@ -44,10 +45,13 @@ UNKNOWN_QUOTED = "\x02"  # a quoted expansion: any text, one word
 _PATTERN_SPECIAL = set("*?[]{},~\\")
 
 
+_LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
+
+
 @lru_cache(maxsize=1)
 def parser() -> tree_sitter.Parser:
     """The bash parser (built once)."""
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    return tree_sitter.Parser(_LANGUAGE)
 
 
 # --- the model ------------------------------------------------------------------------
@@ -73,7 +77,7 @@ class Word(NamedTuple):
         return UNKNOWN in self.pattern or UNKNOWN_QUOTED in self.pattern
 
 
-_new_word = partial(tuple.__new__, Word)  # Word(...) without the keyword handling
+_tuple_new = tuple.__new__  # _tuple_new(Word, (…)): a Word without NamedTuple's __new__ (a hot path)
 
 
 class Simple(NamedTuple):
@@ -177,12 +181,22 @@ def _ansi_c(body: str) -> str:
 
 def _unescape_double(raw: str) -> str:
     """The value of text inside ``"…"``: ``\\$ \\` \\" \\\\`` and line continuations."""
-    return re.sub(r'\\(\n|[$`"\\])', lambda m: "" if m.group(1) == "\n" else m.group(1), raw)
+    if "\\" not in raw:
+        return raw
+    return _DOUBLE_QUOTED_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), raw)
+
+
+_DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(\n|[$`"\\])')
 
 
 # --- tree → model ---------------------------------------------------------------------
 
 Node = tree_sitter.Node
+
+# node kind id → its type name, interned: ``_KIND[node.kind_id]`` is ``node.type`` without
+# building a new str on every access (0xFFFF: tree-sitter's ERROR)
+_KIND = {i: sys.intern(_LANGUAGE.node_kind_for_id(i) or "") for i in range(_LANGUAGE.node_kind_count)}
+_KIND[0xFFFF] = "ERROR"
 
 STATEMENTS = frozenset({
     "command", "pipeline", "list", "redirected_statement", "subshell", "compound_statement", "if_statement",
@@ -200,9 +214,20 @@ REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_red
 _LOOSE_WORDS = frozenset({"word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
                           "command_substitution", "ansi_c_string", "number"})
 _BRACE_COMMA = re.compile(r"(?<!\\),")
+_PLAIN_PARAMETER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+_SPACE = re.compile(r"\s")
+_CHANGES_VARIABLES = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
+                                r"eval|source)\b|^\.\s", re.MULTILINE)
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
+
+
+@lru_cache(maxsize=256)
+def _assigns(name: str) -> re.Pattern[str]:
+    """Text that (re)binds the loop variable ``name``."""
+    name = re.escape(name)
+    return re.compile(rf"(^|[^\w]){name}(\[[^]]*\])?\+?=|\b(for|select)\s+{name}\b", re.MULTILINE)
 
 
 class _Acc:
@@ -219,6 +244,10 @@ class _Acc:
 
 
 class _Reader:
+    # Speed notes (this runs on every bash call): ``node.type`` builds a new str each time,
+    # so kinds are read as ``_KIND[node.kind_id]`` (the same, interned, name); when the
+    # line is ASCII, byte offsets are str offsets and text is sliced, not decoded.
+
     def __init__(self, source: bytes, text: str | None = None) -> None:
         self.src = source
         self.ascii = text if text is not None and text.isascii() else None  # byte offsets are str offsets
@@ -229,30 +258,40 @@ class _Reader:
             return self.ascii[node.start_byte:node.end_byte]
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
+    def span(self, start: int, end: int) -> str:
+        if self.ascii is not None:
+            return self.ascii[start:end]
+        return self.src[start:end].decode("utf-8", "replace")
+
     # -- statements
     def statement(self, node: Node, acc: _Acc) -> None:
-        if node.type in FLATTENED:
+        kind = _KIND[node.kind_id]
+        if kind in FLATTENED:
             self.container(node, acc)
             return
-        stages = self.stages(node, acc)
+        stages = self.stages(node, acc, kind)
         if stages:
             acc.pipelines.append(tuple(stages))
 
     def container(self, node: Node, acc: _Acc) -> None:
         """The statements among ``node``'s children; loose words (inside an ERROR) are
         grouped into commands; other expressions only contribute their substitutions."""
-        if node.type == "ERROR":
+        if _KIND[node.kind_id] == "ERROR":
             self._error_container(node, acc)
             return
         pipelines = acc.pipelines
         for child in node.named_children:
-            kind = child.type
+            kind = _KIND[child.kind_id]
             if kind == "command":  # the common case, directly
-                pipelines.append((self.command(child, [], acc),))
+                pipelines.append((self.command(child, (), acc),))
             elif kind == "comment":
                 continue
+            elif kind in FLATTENED:
+                self.container(child, acc)
             elif kind in STATEMENTS:
-                self.statement(child, acc)
+                stages = self.stages(child, acc, kind)
+                if stages:
+                    pipelines.append(tuple(stages))
             elif kind in REDIRECT_NODES:
                 op, target, _ = self.redirect(child, acc)
                 pipelines.append((Simple((), ((op, target),)),))
@@ -269,11 +308,11 @@ class _Reader:
                 loose.clear()
 
         for child in node.children:
+            kind = _KIND[child.kind_id]
             if not child.is_named:
-                if child.type not in ("$(", "`", "<(", ">("):
+                if kind not in ("$(", "`", "<(", ">("):
                     flush()
                 continue
-            kind = child.type
             if kind == "comment":
                 continue
             if kind in STATEMENTS:
@@ -289,27 +328,29 @@ class _Reader:
                 acc.subs.extend(self.substitutions(child))
         flush()
 
-    def stages(self, node: Node, acc: _Acc) -> list[Stage]:
-        kind = node.type
+    def stages(self, node: Node, acc: _Acc, kind: str) -> list[Stage]:
+        """The pipeline stages of the statement ``node`` (of type ``kind``)."""
         if kind == "pipeline":
             out: list[Stage] = []
             for child in node.named_children:
-                sub = child.type
+                sub = _KIND[child.kind_id]
                 if sub == "command":
-                    out.append(self.command(child, [], acc))
+                    out.append(self.command(child, (), acc))
                 elif sub != "comment":
-                    out += self.stages(child, acc)
+                    out += self.stages(child, acc, sub)
             return out
         if kind == "list":  # only as a here-document's continuation: its first part continues the pipeline
-            children = [c for c in node.named_children if c.type != "comment"]
+            children = [c for c in node.named_children if _KIND[c.kind_id] != "comment"]
             if not children:
                 return []
-            first = self.stages(children[0], acc)
+            first = self.stages(children[0], acc, _KIND[children[0].kind_id])
             for child in children[1:]:
                 self.statement(child, acc)
             return first
         if kind == "command":
-            return [self.command(node, [], acc)]
+            return [self.command(node, (), acc)]
+        if kind == "redirected_statement":
+            return self.redirected(node, acc)
         if kind in ("declaration_command", "unset_command"):
             keyword = next((c for c in node.children if not c.is_named), None)
             words = [Word(self.text(keyword))] if keyword is not None else []
@@ -323,10 +364,8 @@ class _Reader:
         if kind == "negated_command":
             out = []
             for child in node.named_children:
-                out += self.stages(child, acc)
+                out += self.stages(child, acc, _KIND[child.kind_id])
             return out
-        if kind == "redirected_statement":
-            return self.redirected(node, acc)
         if kind == "function_definition":
             return [self.function(node, acc)]
         if kind in FLATTENED:
@@ -360,18 +399,17 @@ class _Reader:
         if variable is None or body is None:
             return None
         name = self.text(variable)
-        values = [c for c in node.children_by_field_name("value")]
+        values = node.children_by_field_name("value")
         if not values:
             return None
         shapes = []
         for value in values:
-            word = self.word(value)
-            if word.dynamic:
+            text, shape = self._expand(value)  # word(value) less its substitutions' scripts
+            if UNKNOWN in shape or UNKNOWN_QUOTED in shape:
                 return None
-            shapes.append(_BRACE_COMMA.sub(r"\\,", word.shape))
-        if re.search(rf"(^|[^\w]){re.escape(name)}(\[[^]]*\])?\+?=|\bread\b|\b(declare|local|typeset|export|"
-                     rf"unset|mapfile|readarray|getopts|printf\s+-v|eval|source)\b|\b(for|select)\s+{re.escape(name)}\b|^\.\s",
-                     self.text(body), re.MULTILINE):
+            shapes.append(_BRACE_COMMA.sub(r"\\,", shape or escape(text)))
+        text = self.text(body)
+        if _CHANGES_VARIABLES.search(text) or (name in text and _assigns(name).search(text)):
             return None  # the body may change it
         return name, shapes[0] if len(shapes) == 1 else "{" + ",".join(shapes) + "}"
 
@@ -380,52 +418,71 @@ class _Reader:
         redirects: list[tuple[str, Word]] = []
         after: list[Stage] = []
         for child in node.children:
-            if child.type in REDIRECT_NODES:
+            if _KIND[child.kind_id] in REDIRECT_NODES:
                 op, target, more = self.redirect(child, acc)
                 redirects.append((op, target))
                 for extra in more:
-                    if extra.type in REDIRECT_NODES:
+                    kind = _KIND[extra.kind_id]
+                    if kind in REDIRECT_NODES:
                         redirects.append(self.redirect(extra, acc)[:2])
                     else:
-                        after += self.stages(extra, acc)
+                        after += self.stages(extra, acc, kind)
         if body is None:
             first: Stage = Simple((), tuple(redirects))
-        elif body.type == "command":
-            first = self.command(body, redirects, acc)
         else:
-            stages = self.stages(body, acc)
-            if len(stages) == 1 and isinstance(stages[0], Simple):
-                first = Simple(stages[0].words, stages[0].redirects + tuple(redirects))
-            elif len(stages) == 1 and isinstance(stages[0], Compound):
-                first = Compound(stages[0].body, stages[0].kind, stages[0].redirects + tuple(redirects))
-            else:  # a pipeline with redirections on its last stage
-                inner = Script(pipelines=(tuple(stages),))
-                first = Compound(inner, "group", tuple(redirects))
+            kind = _KIND[body.kind_id]
+            if kind == "command":
+                first = self.command(body, redirects, acc)
+            else:
+                stages = self.stages(body, acc, kind)
+                if len(stages) == 1 and isinstance(stages[0], Simple):
+                    first = Simple(stages[0].words, stages[0].redirects + tuple(redirects))
+                elif len(stages) == 1 and isinstance(stages[0], Compound):
+                    first = Compound(stages[0].body, stages[0].kind, stages[0].redirects + tuple(redirects))
+                else:  # a pipeline with redirections on its last stage
+                    inner = Script(pipelines=(tuple(stages),))
+                    first = Compound(inner, "group", tuple(redirects))
         return [first, *after]
 
     def redirect(self, node: Node, acc: _Acc) -> tuple[str, Word, list[Node]]:
         """A redirection: its operator, its target word (for a here-document the delimiter,
         with the body), and statements or redirections that tree-sitter nested inside it."""
-        op = next((self.text(c) for c in node.children if not c.is_named), "")
+        children = node.children
+        op = ""
+        for child in children:
+            if not child.is_named:
+                op = self.text(child)
+                break
         more: list[Node] = []
-        if node.type == "heredoc_redirect":
-            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+        if _KIND[node.kind_id] == "heredoc_redirect":
+            start = body_node = None
+            for child in children:
+                kind = _KIND[child.kind_id]
+                if kind == "heredoc_start":
+                    start = child if start is None else start
+                elif kind == "heredoc_body":
+                    body_node = child if body_node is None else body_node
+                elif kind != "heredoc_end" and kind != "comment" and child.is_named:
+                    more.append(child)
             delimiter = self.text(start) if start is not None else ""
             quoted = any(q in delimiter for q in "'\"\\")
-            body_node = next((c for c in node.children if c.type == "heredoc_body"), None)
             body = self.text(body_node) if body_node is not None else ""
             if op == "<<-":
                 body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
             subs = () if quoted or body_node is None else tuple(self.substitutions(body_node))
-            for child in node.named_children:
-                if child.type not in ("heredoc_start", "heredoc_body", "heredoc_end", "comment"):
-                    more.append(child)
             word = Word(re.sub(r"['\"\\]", "", delimiter), subs, heredoc=body,
                         pattern=escape(body) if quoted else self.heredoc_pattern(body_node))
             return op, word, more
-        targets = [c for c in node.named_children if c.type not in ("file_descriptor", "ERROR", "comment")]
-        if node.type == "file_redirect" and op in (">&", "<&") and not targets:
-            targets = [c for c in node.named_children if c.type == "file_descriptor"][1:]
+        targets = []
+        descriptors = []
+        for child in node.named_children:
+            kind = _KIND[child.kind_id]
+            if kind == "file_descriptor":
+                descriptors.append(child)
+            elif kind != "ERROR" and kind != "comment":
+                targets.append(child)
+        if not targets and op in (">&", "<&") and _KIND[node.kind_id] == "file_redirect":
+            targets = descriptors[1:]
         if not targets:
             return op, Word(""), more
         word = self.word(targets[0])
@@ -438,29 +495,29 @@ class _Reader:
             return ""
         out, pos = [], body.start_byte
         for child in body.named_children:
-            if child.type in EXPANSIONS:
+            if _KIND[child.kind_id] in EXPANSIONS:
                 out.append(escape(self.src[pos:child.start_byte].decode("utf-8", "replace")) + UNKNOWN)
                 pos = child.end_byte
         out.append(escape(self.src[pos:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
 
-    def command(self, node: Node, redirects: list[tuple[str, Word]], acc: _Acc) -> Simple:
+    def command(self, node: Node, redirects: "Sequence[tuple[str, Word]]", acc: _Acc) -> Simple:
         words: list[Word] = []
         src = self.ascii
         for child in node.named_children:
-            kind = child.type
+            kind = _KIND[child.kind_id]
             if kind == "command_name":
                 child = child.named_child(0)
                 if child is None:
                     continue
-                kind = child.type
+                kind = _KIND[child.kind_id]
             if kind == "word":  # the common case, inline: a plain word
                 raw = src[child.start_byte:child.end_byte] if src is not None else self.text(child)
-                words.append(_new_word((raw, (), None, raw)) if "\\" not in raw else self.word(child))
+                words.append(_tuple_new(Word, (raw, (), None, raw)) if "\\" not in raw else self.word(child, kind))
             elif kind == "raw_string":
                 raw = src[child.start_byte:child.end_byte] if src is not None else self.text(child)
                 value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
-                words.append(_new_word((value, (), None, escape(value))))
+                words.append(_tuple_new(Word, (value, (), None, value.translate(_ESCAPES))))  # escape(value)
             elif kind == "variable_assignment":
                 acc.subs.extend(self.substitutions(child))
             elif kind in REDIRECT_NODES:
@@ -469,8 +526,8 @@ class _Reader:
                 for extra in more:
                     self.statement(extra, acc)
             elif kind != "comment":
-                words.append(self.word(child))
-        return Simple(tuple(words), tuple(redirects))
+                words.append(self.word(child, kind))
+        return _tuple_new(Simple, (tuple(words), tuple(redirects)))
 
     def simple(self, nodes: list, redirects: list[tuple[str, Word]], acc: _Acc,
                words: list[Word] | None = None) -> Simple:
@@ -478,13 +535,15 @@ class _Reader:
         for child in nodes:
             if isinstance(child, Word):
                 words.append(child)
-            elif child.type in REDIRECT_NODES:
+                continue
+            kind = _KIND[child.kind_id]
+            if kind in REDIRECT_NODES:
                 op, target, more = self.redirect(child, acc)
                 redirects = [*redirects, (op, target)]
                 for extra in more:
                     self.statement(extra, acc)
-            elif child.type != "comment":
-                words.append(self.word(child))
+            elif kind != "comment":
+                words.append(self.word(child, kind))
         return Simple(tuple(words), tuple(redirects))
 
     def function(self, node: Node, acc: _Acc) -> Compound:
@@ -494,7 +553,9 @@ class _Reader:
         inner = _Acc()
         if body is not None:
             self.statement(body, inner)
-            if name and self._calls_itself_forking(body, name, False, False):
+            # the text test first: a body that does not mention the name cannot call it
+            if name and (self.ascii is None or name in self.text(body)) \
+                    and self._calls_itself_forking(body, name, False, False):
                 inner.fork_bomb = True
         acc.functions.append(name)
         return Compound(inner.script(), "function")
@@ -502,15 +563,16 @@ class _Reader:
     # -- fork bombs
     def _calls_itself_forking(self, node: Node, name: str, piped: bool, background: bool) -> bool:
         """Whether ``node`` calls ``name`` inside a pipeline or in the background."""
-        if node.type == "function_definition":
+        kind = _KIND[node.kind_id]
+        if kind == "function_definition":
             return False
-        if node.type == "command":
+        if kind == "command":
             called = node.child_by_field_name("name")
             return (piped or background) and called is not None and self.text(called) == name
         children = node.children
         for i, child in enumerate(children):
-            bg = background or (i + 1 < len(children) and children[i + 1].type == "&")
-            if self._calls_itself_forking(child, name, piped or node.type == "pipeline", bg):
+            bg = background or (i + 1 < len(children) and _KIND[children[i + 1].kind_id] == "&")
+            if self._calls_itself_forking(child, name, piped or kind == "pipeline", bg):
                 return True
         return False
 
@@ -520,8 +582,8 @@ class _Reader:
         body = node.child_by_field_name("body")
         if body is None:
             return False
-        if node.type == "c_style_for_statement":
-            forever = node.child_by_field_name("condition") is None
+        if _KIND[node.kind_id] == "c_style_for_statement":
+            forever = condition is None
         else:
             forever = condition is not None and self.text(condition).strip().rstrip(";").strip() in _INFINITE
         if not forever:
@@ -530,14 +592,14 @@ class _Reader:
         stack = [(body, False)]
         while stack:
             n, in_background = stack.pop()
-            if n.type == "command" and not in_background:
+            if not in_background and _KIND[n.kind_id] == "command":
                 called = n.child_by_field_name("name")
                 if called is not None:
                     names.add(self.text(called))
             kids = n.children
             for i, kid in enumerate(kids):
-                behind = in_background or (i + 1 < len(kids) and kids[i + 1].type == "&")
-                background |= kid.type == "&"
+                behind = in_background or (i + 1 < len(kids) and _KIND[kids[i + 1].kind_id] == "&")
+                background |= _KIND[kid.kind_id] == "&"
                 stack.append((kid, behind))
         return background and not (names & _PACING)
 
@@ -546,57 +608,72 @@ class _Reader:
         """The scripts of every substitution inside an expression."""
         if not _HIDDEN_SUBSTITUTION.search(self.text(node)):
             return []
+        return self._opened(node)
+
+    def _opened(self, node: Node) -> list[Script]:
+        """``substitutions`` less its text pre-check."""
         out: list[Script] = []
         stack = [node]
         while stack:
             n = stack.pop()
-            if n.type in SUBSTITUTIONS:
+            kind = _KIND[n.kind_id]
+            if kind in SUBSTITUTIONS:
                 inner = _Acc()
                 self.container(n, inner)
                 out.append(inner.script())
                 continue
-            if n.child_count == 0 or n.type in ("regex", "extglob_pattern"):
-                if n.type in ("regex", "extglob_pattern") and _HIDDEN_SUBSTITUTION.search(self.text(n)):
+            if kind == "regex" or kind == "extglob_pattern":
+                if _HIDDEN_SUBSTITUTION.search(self.text(n)):
                     out.extend(_hidden(self.text(n)))
                 continue
-            stack.extend(reversed(n.children))
+            if n.child_count:
+                stack.extend(reversed(n.children))
         return out
 
-    def word(self, node: Node) -> Word:
-        kind = node.type
+    def word(self, node: Node, kind: str | None = None) -> Word:
+        """The word ``node`` (its kind, when the caller knows it)."""
+        if kind is None:
+            kind = _KIND[node.kind_id]
+        raw = self.text(node)
         if kind == "word" or kind == "number":  # the common case: a plain word
-            raw = self.text(node)
             if "\\" not in raw:
-                return Word(raw, pattern=raw)
+                return _tuple_new(Word, (raw, (), None, raw))
         elif kind == "raw_string":
-            raw = self.text(node)
             value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
-            return Word(value, pattern=escape(value))
+            return _tuple_new(Word, (value, (), None, escape(value)))
         texts: list[str] = []
         pattern: list[str] = []
-        self._parts(node, texts, pattern, False)
-        text, shape = "".join(texts), "".join(pattern)
-        subs = tuple(self.substitutions(node))
-        return Word(text, subs, pattern=shape)
+        self._parts(node, texts, pattern, False, kind)
+        subs = tuple(self._opened(node)) if _HIDDEN_SUBSTITUTION.search(raw) else ()
+        return _tuple_new(Word, ("".join(texts), subs, None, "".join(pattern)))
 
-    def _parts(self, node: Node, texts: list[str], pattern: list[str], quoted: bool) -> None:
-        kind = node.type
-        raw = self.text(node)
+    def _expand(self, node: Node, kind: str | None = None) -> tuple[str, str]:
+        """A word's text and pattern."""
+        texts: list[str] = []
+        pattern: list[str] = []
+        self._parts(node, texts, pattern, False, kind)
+        return "".join(texts), "".join(pattern)
+
+    def _parts(self, node: Node, texts: list[str], pattern: list[str], quoted: bool, kind: str | None = None) -> None:
+        if kind is None:
+            kind = _KIND[node.kind_id]
         if kind in EXPANSIONS:
+            raw = self.ascii[node.start_byte:node.end_byte] if self.ascii is not None else self.text(node)
             if self.bindings and kind in ("simple_expansion", "expansion"):
                 bound = self.bindings.get(raw.lstrip("$").strip("{}"))
-                if bound is not None and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", raw):
+                if bound is not None and _PLAIN_PARAMETER.fullmatch(raw):
                     texts.append(raw)  # a loop variable over literal words: one of them
                     pattern.append(bound)
                     return
-            folded = self._echoed(node) if kind == "command_substitution" else None
-            if folded is not None and (quoted or not re.search(r"\s", folded)):
+            folded = self._echoed(node, raw) if kind == "command_substitution" else None
+            if folded is not None and (quoted or not _SPACE.search(folded)):
                 texts.append(folded)  # `$(echo rm -rf /)`: its output is known
                 pattern.append(escape(folded) if quoted else folded)
                 return
             texts.append(raw)
             pattern.append(UNKNOWN_QUOTED if quoted else UNKNOWN)
         elif kind == "word" and not quoted:
+            raw = self.ascii[node.start_byte:node.end_byte] if self.ascii is not None else self.text(node)
             if "\\" not in raw:  # nothing escaped: the word as it stands
                 texts.append(raw)
                 pattern.append(raw)
@@ -614,82 +691,99 @@ class _Reader:
                 pattern.append(c)
                 i += 1
         elif kind == "raw_string":
+            raw = self.text(node)
             value = raw[1:-1] if len(raw) >= 2 and raw.endswith("'") else raw[1:]
             texts.append(value)
             pattern.append(escape(value))
         elif kind == "ansi_c_string":
+            raw = self.text(node)
             body = raw[2:-1] if len(raw) >= 3 and raw.endswith("'") else raw[2:]
             value = _ansi_c(body)
             texts.append(value)
             pattern.append(escape(value))
-        elif kind in ("string", "translated_string"):
-            start = node.start_byte + (2 if kind == "translated_string" else 1)
-            end = node.end_byte - 1 if raw.endswith('"') and len(raw) > 1 else node.end_byte
-            pos = start
+        elif kind == "string" or kind == "translated_string":
+            start, end = node.start_byte, node.end_byte
+            if end - start > 1 and self.src[end - 1] == 34:  # a closing '"'
+                end -= 1
+            pos = start + (2 if kind == "translated_string" else 1)
             for child in node.named_children:
-                if child.start_byte > pos:
-                    gap = _unescape_double(self.src[pos:child.start_byte].decode("utf-8", "replace"))
+                child_start = child.start_byte
+                if child_start > pos:
+                    gap = _unescape_double(self.span(pos, child_start))
                     texts.append(gap)
                     pattern.append(escape(gap))
-                if child.type in EXPANSIONS:
-                    self._parts(child, texts, pattern, True)
+                child_kind = _KIND[child.kind_id]
+                if child_kind in EXPANSIONS:
+                    self._parts(child, texts, pattern, True, child_kind)
                 else:
                     value = _unescape_double(self.text(child))
                     texts.append(value)
-                    pattern.append(escape(value))
-                pos = max(pos, child.end_byte)
+                    pattern.append(value.translate(_ESCAPES))  # escape(value)
+                child_end = child.end_byte
+                if child_end > pos:
+                    pos = child_end
             if end > pos:
-                gap = _unescape_double(self.src[pos:end].decode("utf-8", "replace"))
+                gap = _unescape_double(self.span(pos, end))
                 texts.append(gap)
                 pattern.append(escape(gap))
         elif kind == "concatenation":
             pos = node.start_byte
             for child in node.children:
-                if child.start_byte > pos:  # text tree-sitter left between the parts
-                    gap = self.src[pos:child.start_byte].decode("utf-8", "replace")
+                child_start = child.start_byte
+                if child_start > pos:  # text tree-sitter left between the parts
+                    gap = self.span(pos, child_start)
                     texts.append(gap)
                     pattern.append(gap)
                 self._parts(child, texts, pattern, quoted)
                 pos = child.end_byte
         elif kind == "variable_assignment":
             value = node.child_by_field_name("value")
-            head = self.src[node.start_byte:value.start_byte if value is not None else node.end_byte]
-            texts.append(head.decode("utf-8", "replace"))
-            pattern.append(escape(head.decode("utf-8", "replace")))
+            head = self.span(node.start_byte, value.start_byte if value is not None else node.end_byte)
+            texts.append(head)
+            pattern.append(escape(head))
             if value is not None:
                 self._parts(value, texts, pattern, quoted)
         elif node.child_count and kind not in ("number", "brace_expression", "regex", "extglob_pattern"):
             pos = node.start_byte
             for child in node.children:
-                if child.start_byte > pos:
-                    gap = self.src[pos:child.start_byte].decode("utf-8", "replace")
+                child_start = child.start_byte
+                if child_start > pos:
+                    gap = self.span(pos, child_start)
                     texts.append(gap)
                     pattern.append(gap if not quoted else escape(gap))
                 self._parts(child, texts, pattern, quoted)
                 pos = child.end_byte
             if node.end_byte > pos:
-                gap = self.src[pos:node.end_byte].decode("utf-8", "replace")
+                gap = self.span(pos, node.end_byte)
                 texts.append(gap)
                 pattern.append(gap if not quoted else escape(gap))
         else:
+            raw = self.text(node)
             texts.append(raw)
             pattern.append(escape(raw) if quoted else raw)
 
-
-    def _echoed(self, node: Node) -> str | None:
-        """The output of ``$(echo WORDS)`` when the words are literal (else None)."""
-        commands = [c for c in node.named_children if c.type != "comment"]
-        if len(commands) != 1 or commands[0].type != "command":
+    def _echoed(self, node: Node, text: str) -> str | None:
+        """The output of ``$(echo WORDS)`` (``text``) when the words are literal (else None)."""
+        if "echo" not in text:  # the cheap test first
+            return None
+        commands = [c for c in node.named_children if _KIND[c.kind_id] != "comment"]
+        if len(commands) != 1 or _KIND[commands[0].kind_id] != "command":
             return None
         command = commands[0]
         name = command.child_by_field_name("name")
         if name is None or self.text(name) != "echo":
             return None
-        words = [self.word(c) for c in command.named_children if c.type != "command_name"]
-        if any(w.dynamic or w.subs or c.type.endswith("redirect") or c.type == "variable_assignment"
-               for w, c in zip(words, [c for c in command.named_children if c.type != "command_name"])):
-            return None
-        texts = [w.text for w in words]
+        texts = []
+        for child in command.named_children:
+            kind = _KIND[child.kind_id]
+            if kind == "command_name":
+                continue
+            if kind.endswith("redirect") or kind == "variable_assignment":
+                return None
+            word = self.word(child, kind)
+            if word.dynamic or word.subs:
+                return None
+            texts.append(word.text)
         while texts and texts[0] in ("-n", "-e", "-E", "-ne", "-en"):
             texts.pop(0)
         return " ".join(texts)
