@@ -616,6 +616,8 @@ class _Reader:
         stack = [node]
         while stack:
             n = stack.pop()
+            if not n.is_named and not n.child_count:
+                continue  # a bare token ("$(", '"' …): no kind below is one
             kind = _KIND[n.kind_id]
             if kind in SUBSTITUTIONS:
                 inner = _Acc()
