@@ -259,7 +259,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def server_process(argv: list[str], port: int, *, timeout: float = 120) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A server process listening on ``port``, up once ``GET /healthz`` answers 200."""
+    """A server process listening on ``port``, up once ``GET /healthz`` answers 200 ``ok``."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
@@ -268,7 +268,8 @@ def server_process(argv: list[str], port: int, *, timeout: float = 120) -> Itera
             deadline = time.monotonic() + timeout
             while True:
                 with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    health = httpx.get(f"{url}/healthz", timeout=5)
+                    if health.status_code == 200 and health.json().get("status", "ok") == "ok":  # not "starting"
                         break
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)

@@ -79,7 +79,8 @@ def serve_process(*args: str, kill: bool = False) -> Iterator[tuple[str, Any]]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
+                health = httpx.get(f"{url}/healthz")
+                if health.status_code == 200 and health.json().get("status") == "ok":  # loaded, not "starting"
                     break
             except httpx.TransportError:
                 pass

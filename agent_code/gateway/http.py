@@ -132,8 +132,20 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`)."""
-    return parse_json_body(await read_body(request, limit))
+    """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`); a large one
+    is parsed off the event loop. Its size is left in ``request.state.body_bytes``."""
+    from agent_code.gateway import offload
+
+    raw = await read_body(request, limit)
+    request.state.body_bytes = len(raw)
+    return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse_json_body, raw)
+
+
+def large_body(request: Request) -> bool:
+    """Whether :func:`read_json` read a body large enough to work on off the event loop."""
+    from agent_code.gateway.offload import LARGE_BODY_BYTES
+
+    return getattr(request.state, "body_bytes", 0) >= LARGE_BODY_BYTES
 
 
 def credential_from(request: Request) -> str | None:

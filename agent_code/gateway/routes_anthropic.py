@@ -14,7 +14,9 @@ from typing import Any, Iterable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_code.gateway.http import HttpError, as_http_error, credential_from, json_response, read_json
+from agent_code.gateway import offload
+from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
+                                     read_json)
 from agent_code.gateway.identity import require_session_key, session_for_key
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import anthropic as wire
@@ -79,8 +81,8 @@ class AnthropicRoutes:
         try:
             require_session_key(self.gw.store, credential_from(request))
             body = await read_json(request, self.max_body_bytes)
-            chat = wire.translate_count_request(body)
-            return json_response({"input_tokens": len(self.gw.render(chat))})
+            count = await offload.run(lambda: len(self.gw.render(wire.translate_count_request(body))))
+            return json_response({"input_tokens": count})
         except Exception as exc:
             return error_response(as_http_error(exc))
 
@@ -88,7 +90,7 @@ class AnthropicRoutes:
         started = time.perf_counter()
         try:
             body = await read_json(request, self.max_body_bytes)
-            chat = wire.translate_request(body, signer=self.signer)
+            chat = await offload.run_if(large_body(request), wire.translate_request, body, signer=self.signer)
             session = session_for_key(self.gw.store, credential_from(request))
         except Exception as exc:
             return error_response(as_http_error(exc))

@@ -11,7 +11,9 @@ from typing import Any, Iterable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_code.gateway.http import HttpError, as_http_error, credential_from, json_response, read_json
+from agent_code.gateway import offload
+from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
+                                     read_json)
 from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import openai_chat as wire
@@ -69,7 +71,8 @@ class ChatCompletionsRoutes:
         started = time.perf_counter()
         try:
             body = await read_json(request, self.max_body_bytes)
-            chat, info = wire.translate_request(body, default_max_tokens=self.gw.default_max_tokens)
+            chat, info = await offload.run_if(large_body(request), wire.translate_request, body,
+                                              default_max_tokens=self.gw.default_max_tokens)
             session = self.sessions.resolve(credential_from(request), info.identity, chat)
         except Exception as exc:
             return openai_error_response(as_http_error(exc))

@@ -14,7 +14,8 @@ from typing import Any, Iterable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_code.gateway.http import HttpError, as_http_error, credential_from, read_json
+from agent_code.gateway import offload
+from agent_code.gateway.http import HttpError, as_http_error, credential_from, large_body, read_json
 from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.routes_openai_chat import openai_error_response
 from agent_code.gateway.turn_flow import TurnFlow
@@ -68,7 +69,8 @@ class ResponsesRoutes:
         started = time.perf_counter()
         try:
             body = await read_json(request, self.max_body_bytes)
-            chat, info = wire.translate_request(body, signer=self.signer, default_max_tokens=self.gw.default_max_tokens)
+            chat, info = await offload.run_if(large_body(request), wire.translate_request, body, signer=self.signer,
+                                              default_max_tokens=self.gw.default_max_tokens)
             session = self.sessions.resolve(credential_from(request), info.identity, chat)
         except Exception as exc:
             return openai_error_response(as_http_error(exc))

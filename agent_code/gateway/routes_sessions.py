@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_code.gateway.auth import ManagementGuard
+from agent_code.gateway import offload
 from agent_code.gateway.http import HttpError, as_http_error, read_json
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import error_response
@@ -138,6 +139,8 @@ class SessionRoutes:
         if body.get("status") not in (None, *SAMPLE_STATUSES):
             raise HttpError(400, "invalid_request_error",
                             f"'status' must be one of {', '.join(SAMPLE_STATUSES)} or null")
-        samples = self.gateway.finish_session(sid, reward, body.get("metadata"), body.get("rollout_id"),
-                                              body.get("status"))
+        session = self.gateway.store.sessions.get(sid)
+        finish = self.gateway.finish_session if session is None else session.guarded(self.gateway.finish_session)
+        samples = await offload.run(finish, sid, reward, body.get("metadata"), body.get("rollout_id"),
+                                    body.get("status"))   # samples built and written off the loop
         return JSONResponse({"session_id": sid, "samples": [s.to_dict() for s in samples]})

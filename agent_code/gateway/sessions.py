@@ -23,12 +23,15 @@ Ownership (see :mod:`agent_code.gateway.auth` for the management routes):
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from agent_code.trajectory.history import SessionHistory
 from agent_code.trajectory.records import TurnRecord
+
+T = TypeVar("T")
 
 
 class SessionError(Exception):
@@ -49,7 +52,16 @@ class Session:
     created_at: float = field(default_factory=time.time)
     in_flight: int = 0
     max_in_flight: int | None = None   # requests generating at once (None: no cap)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)   # the order of its requests
+    guard: threading.RLock = field(default_factory=threading.RLock, repr=False)  # one worker thread at a time
+
+    def guarded(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` run holding this session's guard: what changes the session's turns and history
+        (prepare, commit, finish) runs in worker threads one at a time (gateway/offload.py)."""
+        def call(*args: Any, **kwargs: Any) -> T:
+            with self.guard:
+                return fn(*args, **kwargs)
+        return call
 
     def check_open(self) -> None:
         if self.closed:

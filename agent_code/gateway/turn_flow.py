@@ -6,6 +6,7 @@ that knows how to write this protocol's reply. The flow does the rest, identical
 protocols:
 
     prepare (render; session checks)  → error in the protocol's format
+    (prepare and commit run off the event loop, in the session's order: :mod:`.offload`)
     JSON:  generate, cancelled if the client disconnects (499, nothing recorded)
            → body → commit → reply
     SSE:   the opening events at once → keep-alive events while the engine works
@@ -36,6 +37,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from agent_code.gateway import offload
 from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, json_response,
                                      unless_disconnected)
 from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
@@ -132,7 +134,8 @@ class TurnFlow:
             log.debug("%s request for session %s: %s", out.protocol, session.id, "; ".join(chat.notes))
         headers = reply_headers(session, chat)
         try:
-            turn = self.gw.prepare(session, chat)
+            async with session.lock:  # off the loop, in the session's order
+                turn = await offload.run(session.guarded(self.gw.prepare), session, chat)
         except Exception as exc:
             return self._error(out, exc, headers)
         if chat.stream:
@@ -148,7 +151,7 @@ class TurnFlow:
         if await request.is_disconnected():
             return Response(status_code=499)
         try:
-            record = self._commit(session, outcome, out, started, after_commit)
+            record = await self._commit(session, outcome, out, started, after_commit)
         except NotRecorded as exc:
             return self._error(out, exc.error, headers)
         return json_response(payload, headers={**headers, "server-timing": server_timing(record.timing)})
@@ -159,17 +162,24 @@ class TurnFlow:
         response.headers.update(headers)
         return response
 
-    def _commit(self, session: Session, outcome: TurnOutcome, out: WayOut, started: float,
-                after_commit: AfterCommit | None) -> TurnRecord:
-        """Record the turn. If its turn log line cannot be written (disk full, I/O error), the
-        turn is taken back out of the session too and :class:`NotRecorded` is raised: the client
-        then gets an error instead of a reply the trajectory does not hold."""
-        index = len(session.turns)
-        try:
-            record = self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
-        except OSError as exc:
-            forget_turn(session, index)
-            raise NotRecorded(exc) from exc
+    async def _commit(self, session: Session, outcome: TurnOutcome, out: WayOut, started: float,
+                      after_commit: AfterCommit | None) -> TurnRecord:
+        """Record the turn (off the loop, under the session's lock: its log line is fsynced).
+        If its turn log line cannot be written (disk full, I/O error), the turn is taken back
+        out of the session too and :class:`NotRecorded` is raised: the client then gets an
+        error instead of a reply the trajectory does not hold."""
+
+        def commit() -> TurnRecord:
+            index = len(session.turns)
+            try:
+                return self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
+            except OSError as exc:
+                forget_turn(session, index)
+                raise NotRecorded(exc) from exc
+
+        # shielded: once begun, the record is written whole (or not at all) even if the client
+        # goes away now; the session's guard keeps it apart from the session's other steps
+        record = await asyncio.shield(offload.run(session.guarded(commit)))
         if after_commit is not None:
             after_commit(session, record)
         return record
@@ -196,7 +206,7 @@ class TurnFlow:
             for chunk in before:
                 yield chunk
             try:
-                self._commit(session, outcome, out, started, after_commit)
+                await self._commit(session, outcome, out, started, after_commit)
             except NotRecorded as exc:
                 yield out.stream_error(exc.error)  # instead of the last event: the reply is void
                 return

@@ -132,7 +132,7 @@ class Renderer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token strings in it become those tokens; no BOS/EOS added."""
         if self._backend is not None:
-            return list(self._backend.encode(text, add_special_tokens=False).ids)
+            return backend_encode(self._backend, text)
         return _as_id_list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -178,6 +178,22 @@ class Renderer:
         return f"Renderer({self.name!r}, end_of_turn={self.end_of_turn_text!r})"
 
 
+# encode_batch of one text gains nothing from tokenizers' thread pool, and a pool that has run
+# makes every later fork (a sandboxed agent, a subprocess) print a warning about it
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+LONG_TEXT = 16 * 1024  # characters: past this, tokenize through the batch call (below)
+
+
+def backend_encode(backend: Any, text: str) -> list[int]:
+    """``backend.encode(text).ids`` (a ``tokenizers.Tokenizer``, no special tokens added). A long
+    text goes through ``encode_batch``, which gives the same ids but lets go of the GIL while
+    it works, so a gateway tokenizing a 10 MB prompt in a worker thread still answers others
+    (``encode`` holds the GIL throughout: tens of seconds for such a prompt)."""
+    if len(text) < LONG_TEXT:
+        return backend.encode(text, add_special_tokens=False).ids
+    return backend.encode_batch([text], add_special_tokens=False)[0].ids
+
+
 class SegmentCache:
     """Tokenization of chat-template text, one end-of-turn-delimited segment at a time, with
     the ids of long segments kept (least recently used out first).
@@ -217,7 +233,7 @@ class SegmentCache:
             text = getattr(other, "content", "")
             if other_id != eot_id and (eot in text or _overlaps(text, eot) or _overlaps(eot, text)):
                 return None
-        cache = cls(lambda text: backend.encode(text, add_special_tokens=False).ids, eot, eot_id)
+        cache = cls(lambda text: backend_encode(backend, text), eot, eot_id)
         try:  # the same ids both ways, on a conversation with a long repeated segment
             probe = [{"role": "system", "content": "You are a careful agent. " * 60},
                      {"role": "user", "content": "Hi there."}, {"role": "assistant", "content": _PROBE},
