@@ -85,6 +85,15 @@ def serve(
                                                       "completes; finished sessions go to DIR/samples.*"),
     reward_policy: RewardPolicy = typer.Option("full", "--reward-policy",
                                       help="How a session's reward spreads over its samples: full or split."),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", min=0.1,
+                                         help="Seconds a connection has to send a request's headers (after "
+                                              "opening, or after its last reply); it is closed past that."),
+    max_connections: int = typer.Option(2048, "--max-connections", min=1,
+                                        help="Connections open at once; past it the longest-open idle ones are "
+                                             "closed to make room (kept below the open-file limit)."),
+    max_requests: int = typer.Option(512, "--max-requests", min=1,
+                                     help="Requests answered at once; past it a 503 in the protocol's error "
+                                          "format, with retry-after."),
 ) -> None:
     """Serve the Anthropic Messages API (POST /v1/messages), the OpenAI Chat Completions API
     (POST /v1/chat/completions) and the OpenAI Responses API (POST /v1/responses) in front of a
@@ -96,6 +105,7 @@ def serve(
 
     from agent_code.gateway.app import create_app
     from agent_code.gateway.auth import bind_problem
+    from agent_code.gateway.connections import ConnectionLimits, raise_fd_limit, uvicorn_config
     from agent_code.gateway.server import build_gateway
     from agent_code.gateway.starting import StartingApp
 
@@ -134,7 +144,9 @@ def serve(
         return app_
 
     starting = StartingApp()
-    server = uvicorn.Server(uvicorn.Config(starting, host=host, port=port, log_level="warning", lifespan="off"))
+    limits = ConnectionLimits(header_timeout, raise_fd_limit(max_connections), max_requests)
+    server = uvicorn.Server(uvicorn_config(starting, limits, host=host, port=port, log_level="warning",
+                                           lifespan="off"))
     failed: list[BaseException] = []
 
     async def run() -> None:

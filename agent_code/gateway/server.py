@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from agent_code.gateway.connections import ConnectionLimits, uvicorn_config
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.sessions import SessionStore
 
@@ -46,10 +47,11 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
 
 
 class BackgroundServer:
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0,
+                 limits: ConnectionLimits | None = None) -> None:
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+        self.config = uvicorn_config(app, limits, host=host, port=port, log_level="warning", lifespan="off",
                                      timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="agent-code-gateway", daemon=True)

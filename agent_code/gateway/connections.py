@@ -1,0 +1,150 @@
+"""Connection limits: no client can tie up the gateway by holding connections open.
+
+uvicorn by itself waits forever for a request's headers and keeps every connection it
+accepts, so ~20,000 idle or half-open connections exhaust the file descriptors and nothing
+new gets in. :class:`ConnectionLimits` bounds three things:
+
+* ``header_timeout_s`` — a connection must complete a request's headers within this long of
+  opening (and of its last reply): one that sends nothing, or trickles its headers, is closed.
+  (A body that stalls is refused by the routes themselves with a 408: ``http.read_body``.)
+* ``max_connections`` — connections open at once. Past it, the longest-open *idle*
+  connections (no request in progress) are closed to make room, so a flood of idle
+  connections never keeps out a new request; busy ones are never cut.
+* ``max_requests`` — requests being answered at once (a stream counts until it ends); past
+  it a request gets ``503`` in its protocol's error format with ``retry-after: 1``
+  (:class:`RequestCap`). ``/healthz`` is exempt, so a monitor still sees the gateway.
+
+``serve`` exposes them as ``--header-timeout``, ``--max-connections`` and ``--max-requests``
+and raises its open-file limit to the hard limit, capping ``max_connections`` below it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses", "/models")
+FD_MARGIN = 128    # descriptors kept for files, the engine and the turn log
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_timeout_s: float = 10.0
+    max_connections: int = 2048
+    max_requests: int = 512
+
+    def __post_init__(self) -> None:
+        if self.header_timeout_s <= 0 or self.max_connections < 1 or self.max_requests < 1:
+            raise ValueError(f"connection limits must be positive: {self}")
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise this process's soft open-file limit towards its hard limit (enough for ``wanted``
+    connections plus a margin); returns how many connections fit under it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + FD_MARGIN
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - FD_MARGIN))
+
+
+def protocol_class(limits: ConnectionLimits) -> type:
+    """uvicorn's h11 protocol with the header timeout and the idle-connection cap."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._guard_timer = None
+            self._opened = self.loop.time()
+            self._arm(None)
+            if len(self.connections) > limits.max_connections:
+                _close_idle(self.connections, len(self.connections) - limits.max_connections, keep=self)
+
+        def _arm(self, marker: Any) -> None:
+            self._guard_timer = self.loop.call_later(limits.header_timeout_s, self._check, marker)
+
+        def _check(self, marker: Any) -> None:
+            if self.transport.is_closing():
+                return
+            cycle = self.cycle
+            if cycle is marker and _idle(self):   # no request's headers came in since the timer was set
+                _close(self)
+            else:
+                self._arm(cycle)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._guard_timer is not None:
+                self._guard_timer.cancel()
+            super().connection_lost(exc)
+
+    def _close(protocol: Any) -> None:
+        try:
+            protocol.conn.send(h11.ConnectionClosed())
+        except h11.LocalProtocolError:
+            pass
+        protocol.transport.close()
+
+    def _close_idle(connections: Any, count: int, keep: Any) -> None:
+        idle = (c for c in connections if c is not keep and _idle(c) and not c.transport.is_closing())
+        for protocol in heapq.nsmallest(count, idle, key=lambda c: c._opened):  # the longest-open first:
+            _close(protocol)   # a new client's connection, still sending its headers, goes last
+
+    return GuardedH11Protocol
+
+
+def _idle(protocol: Any) -> bool:
+    cycle = protocol.cycle
+    return cycle is None or cycle.response_complete
+
+
+class RequestCap:
+    """ASGI middleware: at most ``limit`` requests answered at once (module doc)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            await _overloaded(scope, send, self.limit)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+
+
+async def _overloaded(scope: dict, send: Any, limit: int) -> None:
+    message = (f"the gateway is answering {limit} requests at once, its limit (--max-requests); "
+               "retry in a moment")
+    if scope.get("path", "").startswith(OPENAI_PATHS):
+        body = {"error": {"message": message, "type": "server_error", "param": None, "code": "overloaded"}}
+    else:
+        body = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def uvicorn_config(app: Any, limits: ConnectionLimits | None = None, **kwargs: Any) -> Any:
+    """A ``uvicorn.Config`` serving ``app`` under ``limits`` (the defaults when None): the
+    guarded protocol and the request cap; ``kwargs`` go to the config."""
+    import uvicorn
+
+    limits = limits or ConnectionLimits()
+    return uvicorn.Config(RequestCap(app, limits.max_requests), http=protocol_class(limits), **kwargs)
