@@ -67,6 +67,7 @@ interpreter (``python -c "shutil.rmtree('/')"``). The sandbox is what confines c
 
 from __future__ import annotations
 
+import operator
 import posixpath
 import re
 from dataclasses import dataclass
@@ -158,21 +159,28 @@ def is_protected(word: str, home: str | None = None) -> bool:
             return True
         if home and base in (normalize_path(home), posixpath.dirname(normalize_path(home))):
             return True
-        if re.fullmatch(r"\.\.(/\.\.)*", base):
+        if _DOTDOTS.fullmatch(base):
             return True
         if base == UNKNOWN_DIRECTORY:   # /proc/PID/cwd, /dev/fd/N: may be any directory
             return True
     return False
 
 
+# re.sub with a callable is several times faster than with an r"\1" template
+_GROUP_1 = operator.itemgetter(1)
+_DOTDOTS = re.compile(r"\.\.(/\.\.)*")
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+_GLOB = re.compile(r"(?<!\\)(?:\\\\)*[*?\[]")  # an unescaped glob character
+
+
 def _unescape(pattern: str) -> str:
     if "\\" not in pattern:
         return pattern
-    return re.sub(r"\\(.)", r"\1", pattern, flags=re.DOTALL)
+    return _ESCAPED.sub(_GROUP_1, pattern)
 
 
 def _is_glob(pattern: str) -> bool:
-    return re.search(r"(?<!\\)(?:\\\\)*[*?\[]", pattern) is not None
+    return _GLOB.search(pattern) is not None
 
 
 def brace_alternatives(pattern: str, limit: int = 256) -> list[str]:
@@ -286,13 +294,19 @@ def possibly_protected(pattern: str, home: str | None = None) -> bool:
     it may match a protected path or everything in one; a ``$…``, ``$(…)`` or ``~user``
     counts unless a literal last component pins the path to an ordinary name
     (``"$HOME"/build`` is fine, ``"$HOME"``, ``/$(echo)``, ``$X/etc`` are not)."""
-    if UNKNOWN not in pattern and UNKNOWN_QUOTED not in pattern and not re.search(r"[\\{*?\[~]", pattern):
+    if UNKNOWN not in pattern and UNKNOWN_QUOTED not in pattern and not _SPECIAL.search(pattern):
         return is_protected(pattern, home)
     return any(_alternative_protected(alt, home) for alt in brace_alternatives(pattern))
 
 
+_SPECIAL = re.compile(r"[\\{*?\[~]")  # what may make a pattern more than one literal path
+_TILDE = re.compile(r"~([^/\\]*)")
+_SLASHES = re.compile(r"/+")
+_DOT_DIRS = re.compile(r"(^|/)\./")
+
+
 def _alternative_protected(p: str, home: str | None) -> bool:
-    tilde = re.match(r"~([^/\\]*)", p)
+    tilde = _TILDE.match(p)
     if tilde:
         user = tilde.group(1)
         if user == "":
@@ -310,8 +324,8 @@ def _alternative_protected(p: str, home: str | None) -> bool:
         return any(regex.fullmatch(name) for name in _protected_names(home))
     if not _is_glob(p):
         return is_protected(_unescape(p), home)
-    path = re.sub(r"/+", "/", p)
-    path = re.sub(r"(^|/)\./", r"\1", path)
+    path = _SLASHES.sub("/", p)
+    path = _DOT_DIRS.sub(_GROUP_1, path)
     path = path.rstrip("/") or "/"
     if ".." in path.split("/"):
         path = posixpath.normpath(path)
@@ -390,21 +404,24 @@ def _sync_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
 def _find_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
     if inv.program != "find":
         return None
-    starts = []
-    for word, shape in zip(c.argv[1:], _patterns(c)[1:]):
-        if word in ("-H", "-L", "-P") or re.fullmatch(r"-O\d", word) or word == "-D":
-            continue
-        if word.startswith("-") or word in ("(", "!"):
-            break
-        starts.append((word, shape))
     destructive = {"rm", "shred", "unlink", "rmdir", "chmod", "chown", "chgrp", "truncate", "mv", "dd", "srm"}
     runs = any(word in ("-exec", "-execdir", "-ok", "-okdir") and program_name(nxt) in destructive | SHELLS
                for word, nxt in zip(c.argv, c.argv[1:]))
     if inv.has_flag("-delete") or runs:
+        starts = []
+        for word, shape in zip(c.argv[1:], _patterns(c)[1:]):
+            if word in ("-H", "-L", "-P") or _OPTIMIZE_FLAG.fullmatch(word) or word == "-D":
+                continue
+            if word.startswith("-") or word in ("(", "!"):
+                break
+            starts.append((word, shape))
         for word, shape in starts:
             if possibly_protected(shape, home):
                 return f"find deleting or changing everything under {word}" + _may(shape)
     return None
+
+
+_OPTIMIZE_FLAG = re.compile(r"-O\d")
 
 
 def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
@@ -412,7 +429,7 @@ def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | Non
         return None
     shape = normalize(_patterns(c), paths=False)
     recursive = any(i.has_flag("-R") or i.has_flag("-r") and inv.program != "chmod" for i in (inv, shape))
-    mode_as_flag = inv.program == "chmod" and any(re.fullmatch(r"-[rwxXst]", n) for n, _ in inv.flags)
+    mode_as_flag = inv.program == "chmod" and any(_MODE_FLAG.fullmatch(n) for n, _ in inv.flags)
     takes_first = inv.program in ("chmod", "chown", "chgrp", "chattr") and not mode_as_flag
     paths = shape.operands[1:] if takes_first else shape.operands
     if recursive or any(_splits(op) for op in paths):
@@ -424,6 +441,9 @@ def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | Non
                 normalize_path(_unescape(op)) not in ("..", "../..") and "~" not in op:
             return f"{inv.program} of {_unescape(op)}"
     return None
+
+
+_MODE_FLAG = re.compile(r"-[rwxXst]")
 
 
 def _move_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
@@ -480,8 +500,15 @@ def _maybe_device(word: str, shape: str | None = None) -> bool:
     """A block or character device other than the harmless ones; a pattern under /dev/
     with an expansion or glob counts too (``/dev/sd$X``, ``/dev/sd*``)."""
     if shape and shape != escape(word) and (UNKNOWN in shape or UNKNOWN_QUOTED in shape or _is_glob(shape)):
-        return bool(re.match(r"/+dev/", shape)) and not SAFE_DEVICES.match(normalize_path(word))
+        return bool(_UNDER_DEV.match(shape)) and not SAFE_DEVICES.match(normalize_path(word))
     return _is_device(word)
+
+
+_UNDER_DEV = re.compile(r"/+dev/")
+
+
+_DEVICE_OPERAND_PROGRAMS = frozenset({"tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard",
+                                      "cp", "mv", "install", "rsync", "ddrescue", "cat", "pv"})
 
 
 def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
@@ -493,7 +520,9 @@ def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
         for word, shape in zip(c.argv[1:], shapes[1:]):
             if word.startswith("of=") and _maybe_device(word[3:], shape[3:]):
                 return f"writing to the device {word[3:]}"
-    operands = [(w, p) for w, p in zip(c.argv[1:], shapes[1:]) if not w.startswith("-")]
+    program = inv.program
+    operands = [(w, p) for w, p in zip(c.argv[1:], shapes[1:]) if not w.startswith("-")] \
+        if program in _DEVICE_OPERAND_PROGRAMS else []  # (only these read them)
     if inv.program in ("tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard") and any(
             _maybe_device(w, p) for w, p in operands):
         return f"writing to the device {next(w for w, p in operands if _maybe_device(w, p))}"
@@ -502,9 +531,10 @@ def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
             if word in ("-fls", "-fprint", "-fprint0", "-fprintf") and _maybe_device(c.argv[k + 1], shapes[k + 1]
                                                                                   if k + 1 < len(shapes) else c.argv[k + 1]):
                 return f"writing to the device {c.argv[k + 1]}"
-    written = next((f for f in _written_files(c, inv) if _is_device(f)), None)
-    if written is not None and inv.program not in ("rm", "unlink", "mv"):
-        return f"writing to the device {written}"
+    if program not in ("rm", "unlink", "mv"):
+        written = next((f for f in _written_files(c, inv) if _is_device(f)), None)
+        if written is not None:
+            return f"writing to the device {written}"
     if inv.program in ("cp", "mv", "install", "rsync", "ddrescue", "cat", "pv") and operands and \
             inv.program not in ("cat", "pv") and _maybe_device(*operands[-1]):
         return f"writing to the device {operands[-1][0]}"
@@ -520,14 +550,17 @@ def _system_path(path: str) -> bool:
 
 def _kernel_path(path: str) -> bool:
     path = normalize_path(path)
-    return any(path == k.rstrip("/") or path.startswith(k) for k in KERNEL_FILES)
+    return path in _KERNEL_EXACT or path.startswith(KERNEL_FILES)
+
+
+_KERNEL_EXACT = frozenset(k.rstrip("/") for k in KERNEL_FILES)
 
 
 def _written_files(c: Command, inv: Invocation) -> list[str]:
     """Files the command writes, truncates or removes (its redirections, and the
     destinations of the usual writers)."""
     out = [t for op, t in c.redirects if op in WRITE_REDIRECTIONS and not (op == ">&" and (t.isdigit() or t == "-"))]
-    operands = [op for op in inv.operands]
+    operands = inv.operands
     if inv.program in ("tee", "truncate", "shred", "sponge", "unlink", "rm"):
         out += operands
     elif inv.program in ("cp", "mv", "install", "rsync", "ln", "scp") and len(operands) >= 2:
@@ -540,19 +573,26 @@ def _written_files(c: Command, inv: Invocation) -> list[str]:
         out += operands[1:]
     elif inv.program == "patch":
         out += operands[:1]
-    for k, word in enumerate(c.argv[1:], 1):  # -o FILE / --output=FILE (sort, gcc, curl, tar -f …)
-        if word in ("-o", "--output", "--output-file", "-O", "--output-document") and k + 1 < len(c.argv):
-            out.append(c.argv[k + 1])
-        elif word.startswith(("--output=", "--output-file=", "--output-document=", "--file=")):
-            out.append(word.split("=", 1)[1])
-        elif word.startswith("-o") and len(word) > 2 and inv.program in ("sort", "gcc", "cc", "clang", "ld"):
-            out.append(word[2:])
-    if inv.program == "tar" and len(c.argv) > 1 and re.search(r"[cru]", c.argv[1].lstrip("-").split("f")[0] + (
+    # -o FILE / --output=FILE (sort, gcc, curl, tar -f …): each such word starts with -o, -O,
+    # --output or --file=, which one search of the words joined shows (most have none)
+    joined = "\x00" + "\x00".join(c.argv[1:])
+    if "\x00-o" in joined or "\x00-O" in joined or "\x00--output" in joined or "\x00--file=" in joined:
+        for k, word in enumerate(c.argv[1:], 1):
+            if word in ("-o", "--output", "--output-file", "-O", "--output-document") and k + 1 < len(c.argv):
+                out.append(c.argv[k + 1])
+            elif word.startswith(("--output=", "--output-file=", "--output-document=", "--file=")):
+                out.append(word.split("=", 1)[1])
+            elif word.startswith("-o") and len(word) > 2 and inv.program in ("sort", "gcc", "cc", "clang", "ld"):
+                out.append(word[2:])
+    if inv.program == "tar" and len(c.argv) > 1 and _TAR_WRITES.search(c.argv[1].lstrip("-").split("f")[0] + (
             c.argv[1] if not c.argv[1].startswith("-") else "")):
         for k, word in enumerate(c.argv[1:], 1):
             if (word in ("-f", "--file") or (not word.startswith("--") and word.endswith("f"))) and k + 1 < len(c.argv):
                 out.append(c.argv[k + 1])
     return out
+
+
+_TAR_WRITES = re.compile(r"[cru]")
 
 
 def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
@@ -641,7 +681,10 @@ def tar_extracts(argv: tuple[str, ...]) -> bool:
     """Whether a tar command line unpacks (``xf``, ``-x``, ``--extract``, ``--get``)."""
     first = argv[1] if len(argv) > 1 else ""
     return (not first.startswith("-") and "x" in first) or any(
-        w in ("--extract", "--get") or re.match(r"^-[A-Za-z]*x", w) is not None for w in argv[1:])
+        w in ("--extract", "--get") or _EXTRACT_FLAG.match(w) is not None for w in argv[1:])
+
+
+_EXTRACT_FLAG = re.compile(r"^-[A-Za-z]*x")
 
 
 def _overwrite_root(c: Command, inv: Invocation, home: str | None) -> str | None:
@@ -692,10 +735,13 @@ def _reads_stdin_script(c: Command) -> bool:
     ``python3 -``, ``python3``)."""
     if c.program in SHELLS:
         return shell_script(c.argv)[1]
-    if c.program in INTERPRETERS or re.fullmatch(r"python\d(\.\d+)?", c.program):
+    if c.program in INTERPRETERS or _PYTHON.fullmatch(c.program):
         operands = normalize(c.argv).operands
         return not operands or operands[0] == "-"
     return False
+
+
+_PYTHON = re.compile(r"python\d(\.\d+)?")
 
 
 def _download_to_shell(analysis: Analysis) -> Hit | None:
@@ -721,9 +767,13 @@ def _checks_for(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], .
     found = _CHECKS_BY_PROGRAM.get((program, writes))
     if found is not None:
         return found
-    if _CHECKS_BY_PROGRAM is _NO_TABLE or FORMATTERS.match(program):
+    # (FORMATTERS only matches names with one of these starts: most programs skip the regex)
+    if _CHECKS_BY_PROGRAM is _NO_TABLE or (program.startswith(_FORMATTER_STARTS) and FORMATTERS.match(program)):
         return _compute_checks(program, writes)
     return _WRITE_CHECKS if writes else ()
+
+
+_FORMATTER_STARTS = ("mk", "wipefs", "newfs", "blkdiscard", "badblocks")
 
 
 def _compute_checks(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
@@ -750,11 +800,18 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     bases = _directories_changed_to(analysis, home)
     for command in analysis.commands:
         program = command.program
-        redirects = command.redirects
-        writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
-                                          for op, target in redirects)) \
-            or (len(command.argv) > 1 and _OUTPUT_WORD.search("\n".join(command.argv[1:])) is not None)
-        checks = _checks_for(program, writes)
+        # a program whose checks do not depend on whether it writes needs no look at its words
+        checks = _SAME_EITHER_WAY.get(program)
+        if checks is None:
+            # whether it redirects output (not to a harmless target) or names an output file
+            redirects = command.redirects
+            argv = command.argv
+            writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
+                                              for op, target in redirects)) \
+                or (len(argv) > 1 and _OUTPUT_WORD.search("\n".join(argv[1:])) is not None)
+            checks = _CHECKS_BY_PROGRAM.get((program, writes))
+            if checks is None:
+                checks = _checks_for(program, writes)
         if not checks:
             continue
         inv = normalize(command.argv)
@@ -842,3 +899,6 @@ def _checks_table() -> dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ..
 
 _CHECKS_BY_PROGRAM = _checks_table()
 _WRITE_CHECKS = _compute_checks("", True)
+# the programs of the table whose checks are the same whether or not they write
+_SAME_EITHER_WAY = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items()
+                    if writes and _CHECKS_BY_PROGRAM[(program, False)] == checks}

@@ -89,6 +89,7 @@ import pwd
 import re
 import stat
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -155,31 +156,26 @@ class Places:
     home: Path
     real: tuple[tuple[str, str], ...]   # (real path, what)
 
-    @property
+    # computed once per Places; functools.cached_property keeps each in the instance's
+    # __dict__ (a frozen dataclass allows that), so later reads are plain attribute reads
+    @cached_property
     def prefixes(self) -> tuple[tuple[str, str, str], ...]:
         """(real path, its case-folded form without a trailing ``/``, what) per place."""
-        cached = self.__dict__.get("_prefixes")
-        if cached is None:
-            cached = tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
-            object.__setattr__(self, "_prefixes", cached)
-        return cached
+        return tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
 
-    @property
+    @cached_property
     def folded_starts(self) -> tuple[str, ...]:
         """The case-folded places, for ``str.startswith``: a path under none of them is no place."""
-        cached = self.__dict__.get("_folded_starts")
-        if cached is None:
-            cached = tuple(folded for _, folded, _ in self.prefixes)
-            object.__setattr__(self, "_folded_starts", cached)
-        return cached
+        return tuple(folded for _, folded, _ in self.prefixes)
 
-    @property
+    @cached_property
     def root_text(self) -> str:
-        cached = self.__dict__.get("_root_text")
-        if cached is None:
-            cached = str(self.root)
-            object.__setattr__(self, "_root_text", cached)
-        return cached
+        return str(self.root)
+
+    @cached_property
+    def root_slash(self) -> str:
+        """:attr:`root_text` with one trailing ``/``."""
+        return self.root_text.rstrip("/") + "/"
 
     @classmethod
     def of(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
@@ -343,7 +339,8 @@ def _components(path: str, root: Path) -> list[str]:
 
 def _real(path: str, cache: dict[str, str]) -> str:
     """``os.path.realpath`` of a normalized absolute ``path`` (no ``.``/``..``), with the
-    directories already resolved in this check reused: one ``lstat`` per new component."""
+    directories already resolved in this check reused: one ``lstat`` per new component
+    (none below one that does not exist: nothing there can be a link)."""
     known = cache.get(path)
     if known is not None:
         return known
@@ -351,15 +348,28 @@ def _real(path: str, cache: dict[str, str]) -> str:
     if not name:
         real = path
     else:
-        above = _real(parent or "/", cache)
+        parent = parent or "/"
+        above = cache.get(parent) or _real(parent, cache)
         full = above + "/" + name if above != "/" else "/" + name
-        try:
-            is_link = stat.S_ISLNK(os.lstat(full).st_mode)
-        except (OSError, ValueError):
+        if _ABSENT + above in cache:  # its lstat would fail (ENOENT or ENOTDIR): no link
             is_link = False
+            cache[_ABSENT + full] = full
+        else:
+            try:
+                is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                is_link = False
+                cache[_ABSENT + full] = full
+            except (OSError, ValueError):
+                is_link = False
         real = os.path.realpath(full) if is_link else full
     cache[path] = real
     return real
+
+
+# in _real's cache, a resolved path that does not exist (or is no directory) is noted under
+# this prefix and itself (no path to resolve starts with a NUL)
+_ABSENT = "\x00"
 
 
 def protected_path(path: str, places: Places, cwd: Path | None = None,
@@ -367,24 +377,33 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
     """What protected location ``path`` (literal: nothing is expanded) is, is inside, or
     would be created in; None when it is none. Relative paths are taken from ``cwd``
     (default: the project root). ``cache`` keeps resolved directories for one check."""
-    base = cwd if cwd is not None else places.root
-    joined = path if path.startswith("/") else f"{base}/{path}"
-    lexical = posixpath.normpath(joined)
-    if lexical.startswith("//"):
-        lexical = "/" + lexical.lstrip("/")
+    if path.startswith("/"):
+        joined = path
+    else:
+        base = places.root_text if cwd is None or cwd is places.root else str(cwd)
+        joined = base + "/" + path
     root = places.root_text
-    what = _named_below(lexical, root)
-    if what is not None:
-        return what
+    # the usual word: no empty, "." or ".." component and no trailing "/", so normpath would
+    # return it as it is; and with no component starting with a dot it holds no protected name
+    plain = joined.startswith("/") and not ("//" in joined or "/." in joined or joined.endswith("/"))
+    if plain:
+        lexical = joined
+    else:
+        lexical = posixpath.normpath(joined)
+        if lexical.startswith("//"):
+            lexical = "/" + lexical.lstrip("/")
+        what = _named_below(lexical, root, places.root_slash)
+        if what is not None:
+            return what
     try:
-        if "/../" in joined or joined.endswith("/.."):
+        if not plain and ("/../" in joined or joined.endswith("/..")):
             physical = os.path.realpath(joined)  # `..` after a symlink: resolve the way the kernel does
         else:
             physical = _real(lexical, cache if cache is not None else {})
     except (OSError, ValueError):
         physical = lexical
     if physical != lexical:
-        what = _named_below(physical, root)
+        what = _named_below(physical, root, places.root_slash)
         if what is not None:
             return what
         forms: tuple[str, ...] = (lexical, physical)
@@ -401,14 +420,16 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
     return None
 
 
-def _named_below(path: str, root: str) -> str | None:
-    """:func:`_named` of :func:`_components` (``root`` as text)."""
-    base = root.rstrip("/") + "/"
+def _named_below(path: str, root: str, base: str | None = None) -> str | None:
+    """:func:`_named` of :func:`_components` (``root`` as text; ``base``: it with one
+    trailing ``/``, when the caller has it)."""
+    if base is None:
+        base = root.rstrip("/") + "/"
     if path.startswith(base):
         path = path[len(base):]
     elif path == root:
         return None
-    if "." not in path:  # every protected name starts with a dot
+    if not path.startswith(".") and "/." not in path:  # every protected name starts with a dot
         return None
     return _named(path.split("/"))
 
@@ -525,27 +546,38 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
     key = (word, shell.cwd, shell.dotglob)
-    if key in shell.judged:
-        return shell.judged[key]
+    judged = shell.judged
+    if key in judged:
+        return judged[key]
     verdict: tuple[Severity, str] | None = None
     if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
-        saved = shell.cwd
         every = shell.every_cwd
         if every is None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
-        try:
+        if _PLAIN.fullmatch(word):  # nothing for the shell to expand (most words): the short way
             for cwd in every:
-                shell.cwd = cwd
-                found = _judge_word(word, shell)
+                found = _judge_plain(word, shell, cwd)
                 if found is not None and found[0] == "deny":
                     verdict = found
                     break
                 verdict = verdict or found
-        finally:
-            shell.cwd = saved
+        else:
+            saved = shell.cwd
+            try:
+                for cwd in every:
+                    shell.cwd = cwd
+                    found = _judge_word(word, shell)
+                    if found is not None and found[0] == "deny":
+                        verdict = found
+                        break
+                    verdict = verdict or found
+            finally:
+                shell.cwd = saved
+    elif _PLAIN.fullmatch(word):
+        verdict = _judge_plain(word, shell, shell.cwd)
     else:
         verdict = _judge_word(word, shell)
-    shell.judged[key] = verdict
+    judged[key] = verdict
     return verdict
 
 
@@ -571,20 +603,35 @@ _TEMP_VAR = re.compile(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)")
 _PWD_VAR = re.compile(r"^(\$PWD|\$\{PWD\})(?=/|$)")
 
 
-def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
-    places = shell.places
-    if _PLAIN.fullmatch(word):  # nothing for the shell to expand
-        if shell.cwd is not None:
-            what = protected_path(word or ".", places, shell.cwd, shell.real)
-            return ("deny", what) if what else None
-        # after a cd that cannot be followed (what the general path below does for such a word)
+def _judge_plain(word: str, shell: _Shell, cwd: Path | None) -> tuple[Severity, str] | None:
+    """:func:`_judge_one` of a word with nothing for the shell to expand (``_PLAIN``), in
+    ``cwd`` (None: unknown)."""
+    if cwd is not None:
+        what = protected_path(word or ".", shell.places, cwd, shell.real)
+        return ("deny", what) if what else None
+    # after a cd that cannot be followed (what the general path below does for such a word)
+    if word.startswith(".") or "/." in word:  # else no component starts with a dot: _named finds none
         what = _named(word.split("/"))
         if what is not None:
             return "deny", what
-        if not word.startswith("/"):
-            return "ask", f"a relative path after a cd that cannot be followed ({word})"
-        what = protected_path(word, places, None, shell.real)
-        return ("deny", what) if what else None
+    if not word.startswith("/"):
+        return "ask", f"a relative path after a cd that cannot be followed ({word})"
+    what = protected_path(word, shell.places, None, shell.real)
+    return ("deny", what) if what else None
+
+
+def _has_glob(part: str) -> bool:
+    """``_GLOB_CHARS & set(part)``, without the set."""
+    return "*" in part or "?" in part or "[" in part
+
+
+_AGENT_OR_GIT = re.compile(r"(?i)agent|git")
+
+
+def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
+    places = shell.places
+    if _PLAIN.fullmatch(word):  # nothing for the shell to expand
+        return _judge_plain(word, shell, shell.cwd)
     if "{}" in word:  # find -exec's placeholder: any file find walks to
         return "ask", f"the files find finds ({word})"
     text = word
@@ -613,32 +660,38 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         if shell.cwd is not None:
             text = _PWD_VAR.sub(lambda _: str(shell.cwd), text)
     parts = text.split("/")
-    literal = [p for p in parts if not (_EXPANSION.search(p) or _GLOB_CHARS & set(p) or _EXTGLOB.search(p))]
+    # per component, what the shell may do with it: expand ($, `: _EXPANSION), glob
+    # (_GLOB_CHARS), extglob (_EXTGLOB, which needs a "(") — substring tests, computed once
+    expands = ["$" in p or "`" in p for p in parts]
+    globs = [_has_glob(p) for p in parts]
+    extglobs = ["(" in p and _EXTGLOB.search(p) is not None for p in parts]
+    literal = [p for p, e, g, x in zip(parts, expands, globs, extglobs) if not (e or g or x)]
     what = _named(literal)
     if what is not None:
         return "deny", what
-    for part in parts:
-        if _EXTGLOB.search(part):
-            if shell.dotglob or part.startswith(".") or re.search(r"(?i)agent|git", part):
+    for part, e, g, x in zip(parts, expands, globs, extglobs):
+        if x:
+            if shell.dotglob or part.startswith(".") or _AGENT_OR_GIT.search(part):
                 return "deny", "a protected place the pattern may match"
-        elif _GLOB_CHARS & set(part) and not _EXPANSION.search(part):
+        elif g and not e:
             what = _glob_names(part, shell.dotglob)
             if what is not None:
                 return "deny", what
-    for i, part in enumerate(parts):
-        if _EXPANSION.search(part):
-            prefix = "/".join(parts[:i])
-            if prefix and not (_GLOB_CHARS & set(prefix)):
-                what = (protected_path(prefix, places, shell.cwd, shell.real) if shell.cwd or os.path.isabs(prefix)
-                        else None)
-                if what is not None:
-                    return "deny", what
-            return "ask", f"a path the shell computes ({word})"
-    if not os.path.isabs(text) and shell.cwd is None:
+    if True in expands:
+        i = expands.index(True)
+        prefix = "/".join(parts[:i])
+        if prefix and not _has_glob(prefix):
+            what = (protected_path(prefix, places, shell.cwd, shell.real) if shell.cwd or os.path.isabs(prefix)
+                    else None)
+            if what is not None:
+                return "deny", what
+        return "ask", f"a path the shell computes ({word})"
+    absolute = text.startswith("/")  # os.path.isabs
+    if not absolute and shell.cwd is None:
         return "ask", f"a relative path after a cd that cannot be followed ({word})"
-    first_glob = next((i for i, p in enumerate(parts) if _GLOB_CHARS & set(p)), len(parts))
+    first_glob = globs.index(True) if True in globs else len(parts)
     concrete = "/".join(parts[:first_glob])
-    if os.path.isabs(text) and not concrete.startswith("/"):
+    if absolute and not concrete.startswith("/"):
         concrete = "/" + concrete
     what = protected_path(concrete or ".", places, shell.cwd, shell.real)
     return ("deny", what) if what else None
@@ -682,9 +735,10 @@ def _own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
     return c.argv
 
 
-def _write_targets(argv: tuple[str, ...]) -> list[str]:
-    """The files a known writer writes (see the module doc)."""
-    program = program_name(argv[0]) if argv else ""
+def _write_targets(argv: tuple[str, ...], program: str | None = None) -> list[str]:
+    """The files a known writer writes (see the module doc); ``program``: ``argv[0]``'s."""
+    if program is None:
+        program = program_name(argv[0]) if argv else ""
     if not (program in _WRITERS or program in ("sed", "gsed", "perl", "dd")):
         return _output_options(argv)
     inv = normalize(argv)
@@ -699,7 +753,7 @@ def _write_targets(argv: tuple[str, ...]) -> list[str]:
         for k, word in enumerate(argv):
             if word in ("-t",) and k + 1 < len(argv):
                 targets.append(argv[k + 1])
-            elif re.fullmatch(r"-[A-Za-z]*t", word) and k + 1 < len(argv):
+            elif _T_CLUSTER.fullmatch(word) and k + 1 < len(argv):
                 targets.append(argv[k + 1])
         if operands:
             targets.append(operands[-1])
@@ -711,6 +765,9 @@ def _write_targets(argv: tuple[str, ...]) -> list[str]:
     if program == "dd":
         return [w[3:] for w in argv[1:] if w.startswith("of=")]
     return []
+
+
+_T_CLUSTER = re.compile(r"-[A-Za-z]*t")  # -t DIR, or -t last in a cluster (-avt DIR)
 
 
 def _in_place(argv: tuple[str, ...]) -> bool:
@@ -727,6 +784,11 @@ def _output_options(argv: tuple[str, ...]) -> list[str]:
     """Files named by an output option of any program (``-o FILE``, ``--output=FILE``,
     ``wget -O FILE``): written, whatever the program."""
     out: list[str] = []
+    # every output option starts with -o, -O or --output: most command lines have none,
+    # which one search of the words joined shows
+    joined = "\x00" + "\x00".join(argv[1:])
+    if "\x00-o" not in joined and "\x00-O" not in joined and "\x00--output" not in joined:
+        return out
     for k, w in enumerate(argv[1:], start=1):
         if not w.startswith("-"):  # every output option does
             continue
@@ -840,8 +902,9 @@ def _git_template_init(argv: tuple[str, ...], text: str) -> bool:
             or bool(re.search(r"(?i)GIT_TEMPLATE_DIR|init\.templatedir", text)))
 
 
-def _is_reader(argv: tuple[str, ...]) -> bool:
-    program = program_name(argv[0]) if argv else ""
+def _is_reader(argv: tuple[str, ...], program: str | None = None) -> bool:
+    if program is None:
+        program = program_name(argv[0]) if argv else ""
     if program == "git":
         i = 1
         while i < len(argv) and argv[i].startswith("-"):
@@ -893,6 +956,10 @@ def _accepts_settings(analysis: Analysis) -> Finding | None:
     gives it a terminal (``script``, ``tmux``, ``expect`` …), where its start-up question
     about changed settings could be answered by the agent."""
     text = analysis.text
+    # both patterns need "agent" (no letter of it has a non-ASCII case variant that
+    # re.IGNORECASE would match): a line without it skips the two scans of the whole text
+    if "agent" not in text.lower():
+        return None
     if _ACCEPTS_SETTINGS.search(text):
         return Finding("deny", "the user's acceptance of changed settings (~/.agent-code/trust/)",
                        "agent-code settings accept")
@@ -908,10 +975,12 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
     accepting = _accepts_settings(analysis)
     if accepting is not None and accepting.severity == "deny":
         return accepting
+    text = analysis.text
     cwds, cwd_unknown = _directories(analysis.commands, places)
-    shell = _Shell(places, places.root, dotglob=bool(re.search(r"dotglob|GLOBIGNORE", analysis.text)),
+    shell = _Shell(places, places.root, dotglob="dotglob" in text or "GLOBIGNORE" in text,
                    cwds=cwds if len(cwds) > 1 or cwd_unknown else (), cwd_unknown=cwd_unknown)
-    if not re.search(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b", analysis.text):  # the line does not set it
+    # (the substring tests spare most lines the regex's scan of the whole text)
+    if not (("TMP" in text or "TEMP" in text) and _SETS_TEMP.search(text)):  # the line does not set it
         temp = os.environ.get("TMPDIR") or "/tmp"
         shell.temp = temp if os.path.isabs(temp) else None
     maybe: Finding | None = accepting
@@ -928,7 +997,6 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
 
     commands = analysis.commands
     for index, c in enumerate(commands):
-        shown = " ".join(c.argv)[:200]
         for op, target in c.redirects:
             if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
                 continue
@@ -945,50 +1013,64 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             for word in argv[1:]:  # a wrapper's own options: env -C DIR, sudo -D DIR
                 verdict = None if _EXPANSION.search(word) else judge_word(word, shell)
                 if verdict is not None and verdict[0] == "deny":
-                    return Finding("deny", verdict[1], shown)
+                    return Finding("deny", verdict[1], _shown(c))
             continue
         if program == "git" and _git_config_writes(argv) == "":
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
-                           shown)
-        copied = None
-        for cwd in (shell.cwds or (shell.cwd,)) if program in _TREE_COPIERS else ():
-            found_copy = _tree_copy(argv, _Shell(places, cwd))
-            if found_copy is not None and (copied is None or found_copy.severity == "deny"):
-                copied = found_copy
-        if copied is not None:
-            if copied.severity == "deny":
-                return copied
-            maybe = maybe or copied
-        if program == "git" and _git_template_init(argv, analysis.text):
-            return Finding("deny", "git's hooks (.git/hooks), which git init copies from a template", shown)
-        targets = _write_targets(argv)
+                           _shown(c))
+        if program in _TREE_COPIERS:
+            copied = None
+            for cwd in shell.cwds or (shell.cwd,):
+                found_copy = _tree_copy(argv, _Shell(places, cwd))
+                if found_copy is not None and (copied is None or found_copy.severity == "deny"):
+                    copied = found_copy
+            if copied is not None:
+                if copied.severity == "deny":
+                    return copied
+                maybe = maybe or copied
+        if program == "git" and _git_template_init(argv, text):
+            return Finding("deny", "git's hooks (.git/hooks), which git init copies from a template", _shown(c))
+        targets = _write_targets(argv, program)
         writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
                   or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
         if writer and _fed_by_xargs(commands, index):
-            note(("ask", "the files named in its input (xargs)"), shown)
+            note(("ask", "the files named in its input (xargs)"), _shown(c))
         if program in ("ln", "link") or (program == "cp" and "-s" in argv):
             targets = list(normalize(argv).operands)  # a link's target too: it is written through later
         if program == "find" and _find_deletes_broadly(argv):
-            note(("ask", "any file below where find starts (find -delete)"), shown)
+            note(("ask", "any file below where find starts (find -delete)"), _shown(c))
         for target in targets:
-            found = note(judge_word(target, shell), shown)
+            found = note(judge_word(target, shell), _shown(c))
             if found:
                 return found
-        if _is_reader(argv):
+        if _is_reader(argv, program):
             continue
         for word in argv[1:]:
-            candidates = (word, word.split("=", 1)[1]) if "=" in word else (word,)
-            for candidate in candidates:
-                if "$" in candidate or "`" in candidate:  # _EXPANSION
-                    continue
-                verdict = judge_word(candidate, shell)
+            # the word, then what follows its first "=" (X=PATH, --opt=PATH); one with an
+            # expansion is left to the ask below
+            if not ("$" in word or "`" in word):  # _EXPANSION
+                verdict = judge_word(word, shell)
                 if verdict is not None and verdict[0] == "deny":
-                    return Finding("deny", verdict[1], shown)
+                    return Finding("deny", verdict[1], _shown(c))
+            if "=" in word:
+                value = word.split("=", 1)[1]
+                if not ("$" in value or "`" in value):
+                    verdict = judge_word(value, shell)
+                    if verdict is not None and verdict[0] == "deny":
+                        return Finding("deny", verdict[1], _shown(c))
             if maybe is None and _CODE_CHARS_RE.search(word):
                 hit = _NAME_IN_TEXT.search(word)
                 if hit is not None:
-                    maybe = Finding("ask", PROTECTED_NAMES.get(hit.group(0).casefold(), SKILLS_WHAT), shown)
+                    maybe = Finding("ask", PROTECTED_NAMES.get(hit.group(0).casefold(), SKILLS_WHAT), _shown(c))
     return maybe
+
+
+_SETS_TEMP = re.compile(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b")
+
+
+def _shown(c: Command) -> str:
+    """A command as the finding shows it."""
+    return " ".join(c.argv)[:200]
 
 
 MAX_CWDS = 16
@@ -1026,7 +1108,7 @@ def _follow_cd(argv: tuple[str, ...], base: Path, home: Path) -> Path | None:
     target = args[0]
     if target == "~" or target.startswith("~/"):
         target = str(home) + target[1:]
-    target = re.sub(r"^(\$HOME|\$\{HOME\})(?=/|$)", lambda _: str(home), target)
+    target = _HOME_VAR.sub(lambda _: str(home), target)
     if target == "-" or target.startswith("~") or _EXPANSION.search(target) or _GLOB_CHARS & set(target):
         return None
     if not os.path.isabs(target):
