@@ -811,6 +811,8 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 or (len(argv) > 1 and _OUTPUT_WORD.search("\n".join(argv[1:])) is not None)
             checks = _CHECKS_BY_PROGRAM.get((program, writes))
             if checks is None:
+                if not writes and _CHECKS_BY_PROGRAM is not _NO_TABLE and not program.startswith(_FORMATTER_STARTS):
+                    continue  # what _checks_for gives any other program that writes nothing: no check
                 checks = _checks_for(program, writes)
         if not checks:
             continue
@@ -867,15 +869,19 @@ def _directories_changed_to(analysis: Analysis, home: str | None) -> list[str]:
     return bases
 
 
+_NOT_RELATIVE = ("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)
+
+
 def _rebased(c: Command, base: str) -> Command | None:
     """``c`` with its relative operands put under ``base``."""
     shapes = list(_patterns(c))
+    under = base.rstrip("/") + "/"
     changed = False
     for k in range(1, len(shapes)):
         p = shapes[k]
-        if p.startswith(("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)) or "=" in p:
+        if p.startswith(_NOT_RELATIVE) or "=" in p:
             continue
-        shapes[k] = base.rstrip("/") + "/" + p
+        shapes[k] = under + p
         changed = True
     if not changed:
         return None

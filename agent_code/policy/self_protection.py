@@ -721,6 +721,7 @@ ALL_OPERAND_WRITERS = frozenset({
 })
 DEST_WRITERS = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
 _WRITERS = ALL_OPERAND_WRITERS | DEST_WRITERS | {"tee"}
+_TARGET_PROGRAMS = _WRITERS | {"sed", "gsed", "perl", "dd"}  # _write_targets reads their operands
 INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
 _SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
 
@@ -739,7 +740,7 @@ def _write_targets(argv: tuple[str, ...], program: str | None = None) -> list[st
     """The files a known writer writes (see the module doc); ``program``: ``argv[0]``'s."""
     if program is None:
         program = program_name(argv[0]) if argv else ""
-    if not (program in _WRITERS or program in ("sed", "gsed", "perl", "dd")):
+    if program not in _TARGET_PROGRAMS:
         return _output_options(argv)
     inv = normalize(argv)
     operands = list(inv.operands)
@@ -1003,7 +1004,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             found = note(judge_word(target, shell), f"{op} {target}")
             if found:
                 return found
-        argv = _own_argv(commands, index)
+        argv = c.argv if c.wrapper is None else _own_argv(commands, index)
         if not argv:
             continue
         program = program_name(argv[0])
@@ -1030,7 +1031,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
                 maybe = maybe or copied
         if program == "git" and _git_template_init(argv, text):
             return Finding("deny", "git's hooks (.git/hooks), which git init copies from a template", _shown(c))
-        targets = _write_targets(argv, program)
+        targets = _write_targets(argv, program) if program in _TARGET_PROGRAMS else _output_options(argv)
         writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
                   or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
         if writer and _fed_by_xargs(commands, index):
