@@ -118,9 +118,7 @@ def forget_turn(session: Session, index: int) -> None:
     conversation generated twice) is not restored: the next request that extends it starts a
     new branch instead of extending the older turn."""
     del session.turns[index:]
-    by_key = session.history.by_key
-    for key in [k for k, v in by_key.items() if v >= index]:
-        del by_key[key]
+    session.history.forget(index)
 
 
 class TurnFlow:

@@ -99,26 +99,137 @@ class PromptPlan:
 
 
 class SessionHistory:
-    """The per-session index from canonical conversations to the turns that produced them."""
+    """The per-session index from canonical conversations to the turns that produced them.
+
+    :meth:`lookup` finds the longest held conversation a request's messages start with. The
+    common case — a request that extends a held turn with its messages echoed as they were —
+    costs no more than the new messages: the held turns' own message lists are compared with
+    the request's (``==`` in C, then the tool-call arguments type by type, which ``==`` alone
+    would let pass as ``1 == 1.0 == True``), and the request's key is the held turn's key
+    extended by the new messages' digests. Anything else (a client that echoed a call
+    rewritten, a turn not found that way) goes through the digest of every message: the same
+    answer, at a cost that grows with the history."""
 
     def __init__(self) -> None:
         self.by_key: dict[bytes, int] = {}
+        self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
+        # turn index -> [(position, message)]: where the client echoed a held reply rewritten
+        self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        self._tools_keys: dict[int, tuple[Any, bytes]] = {}    # id(held tools) -> (tools, their key)
 
-    def add(self, turn: TurnRecord, messages_key: bytes | None = None) -> None:
-        """Index ``turn`` (``messages_key``: see :func:`conversation_key`)."""
-        self.by_key[conversation_key(turn, messages_key)] = turn.index
+    def add(self, turn: TurnRecord, messages_key: bytes | None = None,
+            echoed: tuple[int, dict[str, Any]] | None = None) -> None:
+        """Index ``turn`` (``messages_key``: see :func:`conversation_key`). ``echoed``, for a
+        turn whose messages share its parent's (``Gateway.commit``): the position of the
+        parent's reply in ``turn.messages`` and the message the request showed there, kept
+        where the client rewrote the reply (with the parent's own such rewrites)."""
+        key = conversation_key(turn, messages_key)
+        self.by_key[key] = turn.index
+        self.key_of[turn.index] = key
+        self.echoes.pop(turn.index, None)
+        if echoed is None or turn.parent is None:
+            return
+        position, message = echoed
+        overrides = list(self.echoes.get(turn.parent, ()))
+        held = turn.messages[position] if 0 <= position < len(turn.messages) else None
+        if held is None or message != held or not _same_calls(message, held):
+            overrides.append((position, message))
+        if overrides:
+            self.echoes[turn.index] = overrides
+
+    def forget(self, index: int) -> None:
+        """Drop the turns from ``index`` on (a commit that failed: turn_flow.forget_turn)."""
+        for key in [k for k, v in self.by_key.items() if v >= index]:
+            del self.by_key[key]
+        for i in [i for i in self.key_of if i >= index]:
+            del self.key_of[i]
+            self.echoes.pop(i, None)
 
     def find_parent(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[int, int] | None:
         """(turn index, number of messages it covers) for the longest held prefix."""
         return self.lookup(messages, tools)[0]
 
-    def lookup(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[tuple[int, int] | None, bytes]:
-        """:meth:`find_parent`'s answer, and the key of all of ``messages``."""
+    def lookup(self, messages: Sequence[dict[str, Any]], tools: Any,
+               turns: Sequence[TurnRecord] = ()) -> tuple[tuple[int, int] | None, bytes]:
+        """:meth:`find_parent`'s answer, and the key of all of ``messages``. ``turns``, the
+        session's records, allow the cheap path of the class doc."""
+        if turns:
+            found = self._extends(messages, tools, turns)
+            if found is not None:
+                return found
         chain = _key_chain(messages, tools)
         for j in range(len(messages) - 1, 0, -1):  # a held prefix always ends with an assistant reply
             if messages[j - 1].get("role") == "assistant" and chain[j] in self.by_key:
                 return (self.by_key[chain[j]], j), chain[-1]
         return None, chain[-1]
+
+
+    def _extends(self, messages: Sequence[dict[str, Any]], tools: Any,
+                 turns: Sequence[TurnRecord]) -> tuple[tuple[int, int], bytes] | None:
+        """The held turn with the longest conversation that fits, when ``messages`` repeat it
+        as the client last showed it (and the key of all of ``messages``); None — the digest
+        path decides — as soon as that turn is not it."""
+        total = len(messages)
+        turn = max((t for t in turns if t.index in self.key_of and len(t.messages) + 1 < total),
+                   key=lambda t: (len(t.messages), t.index), default=None)
+        if turn is None:
+            return None
+        n = len(turn.messages) + 1
+        last = messages[n - 1]
+        if last != turn.reply or not _same_calls(last, turn.reply):
+            # a client's known rewrite of the call (echo.py) is the call the model made
+            if last.get("role") != "assistant":
+                return None
+            tool_schemas = echo.schemas(tools)
+            if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
+                return None
+        view = self._view(turn)
+        if messages[:n - 1] != view or not all(_same_calls(a, b) for a, b in zip(messages, view)):
+            return None
+        if _digest(b"tools", tools or []) != self._tools_key(turn.tools):
+            return None
+        key = self.key_of[turn.index]
+        tool_schemas = echo.schemas(tools)
+        for message in messages[n:]:
+            key = _digest(key, echo.echo_form(message, tool_schemas) if tool_schemas else message)
+        return (turn.index, n), key
+
+    def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
+        """``turn.messages`` as its client sent them: the canonical replies they hold replaced
+        where the client echoed one rewritten."""
+        overrides = self.echoes.get(turn.index)
+        if not overrides:
+            return turn.messages
+        view = list(turn.messages)
+        for position, message in overrides:
+            if position < len(view):
+                view[position] = message
+        return view
+
+    def _tools_key(self, tools: Any) -> bytes:
+        held = self._tools_keys.get(id(tools))
+        if held is None or held[0] is not tools:
+            held = self._tools_keys[id(tools)] = (tools, _digest(b"tools", tools or []))
+        return held[1]
+
+
+def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two messages that are ``==`` also have tool-call arguments of the same JSON types."""
+    calls = b.get("tool_calls")
+    if not calls:
+        return True
+    return _strictly_equal(a.get("tool_calls"), calls)
+
+
+def _strictly_equal(a: Any, b: Any) -> bool:
+    """``a == b`` with JSON's types kept apart (``True``, ``1`` and ``1.0`` differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strictly_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strictly_equal(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
@@ -127,6 +238,8 @@ def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[s
     stand_in = {"role": "assistant", "content": HELD_MARKER}
     if held_reply.get("tool_calls"):
         stand_in["tool_calls"] = held_reply["tool_calls"]
+    if tools and not tools_shape_the_tail(renderer):
+        tools = None  # the template renders them before the held reply only: not rendered again per turn
     text = renderer.render_text([_SUFFIX_PROBE_USER, stand_in, *suffix], tools)
     at = text.find(HELD_MARKER)
     eot = renderer.end_of_turn_text
@@ -137,10 +250,55 @@ def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[s
     return renderer.encode(tail if held_ends_with_eot else eot + tail)
 
 
+_TAIL_PROBES: dict[int, tuple[Any, bool]] = {}
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "python", "description": "Run code.", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string"}}}}}]
+
+
+def tools_shape_the_tail(renderer: Any) -> bool:
+    """Whether the chat template renders anything after the conversation's start differently
+    when tools are declared (measured once per renderer on probe conversations: tool calls,
+    tool results, user text, reasoning). When it does not — every template we serve renders
+    tools only in the system or first user block — a turn's suffix is rendered without the
+    tools, which spares serialising the whole tools block again every turn."""
+    held = _TAIL_PROBES.get(id(renderer))
+    if held is not None and held[0] is renderer:
+        return held[1]
+    call = {"type": "function", "function": {"name": "read_file", "arguments": {"path": "a.py"}}}
+    probes = [
+        [{"role": "tool", "content": "x = 1"}, {"role": "user", "content": "Go on."}],
+        [{"role": "tool", "content": "one"}, {"role": "tool", "content": "two"}],
+        [{"role": "user", "content": "Next."}, {"role": "assistant", "content": "Done.", "tool_calls": [call]},
+         {"role": "tool", "content": "ok"}],
+        [{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "Because.",
+                                                "reasoning_content": "think"}, {"role": "user", "content": "So?"}],
+    ]
+    shaped = False
+    for suffix in probes:
+        for stand_in in ({"role": "assistant", "content": HELD_MARKER},
+                         {"role": "assistant", "content": HELD_MARKER, "tool_calls": [call]}):
+            try:
+                texts = [renderer.render_text([_SUFFIX_PROBE_USER, stand_in, *suffix], tools)
+                         for tools in (_PROBE_TOOLS, None)]
+            except Exception:  # a template that refuses a probe: keep rendering the tools
+                shaped = True
+                break
+            tails = [t[t.find(HELD_MARKER):] if HELD_MARKER in t else None for t in texts]
+            if tails[0] is None or tails[0] != tails[1]:
+                shaped = True
+        if shaped:
+            break
+    _TAIL_PROBES[id(renderer)] = (renderer, shaped)
+    return shaped
+
+
 def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
                 messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan:
     if policy == "tokens":
-        found, key = history.lookup(messages, tools)
+        found, key = history.lookup(messages, tools, turns)
         if found is not None:
             parent = turns[found[0]]
             held = parent.held()  # shared, never copied
