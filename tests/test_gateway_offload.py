@@ -18,7 +18,7 @@ def test_a_10_mb_request_does_not_hold_up_healthz_or_another_session(tmp_path):
     renderer = qwen3_renderer()
     lines = [{"text": "small one", "session": "small"}] * 6 + [{"text": "big one", "session": "big"}]
     big_body = json.dumps({"model": "m", "max_tokens": 8, "messages": [
-        {"role": "user", "content": "hello world " * 840_000}]}).encode()
+        {"role": "user", "content": "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghij " * 160_000}]}).encode()
     assert len(big_body) >= 10_000_000
     with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
         big: dict = {}
