@@ -52,7 +52,35 @@ class _NotFinite(ValueError):
     """A number JSON cannot carry (NaN, Infinity, or one that overflows a float)."""
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
+
+
+_SURROGATE_HEX = re.compile(r"\\u([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def lone_surrogate_escape(text: str) -> int | None:
+    """The first ``\\uD800``–``\\uDFFF`` escape in JSON ``text`` that is not half of a
+    surrogate pair (a high one directly followed by a low one), or None. Escaped backslashes
+    (``\\\\ud800`` is a backslash and the text ``ud800``) are not escapes. Reads the text
+    once, without serialising the parsed body again (which cost milliseconds per request on
+    a long session whose system prompt holds an escaped emoji)."""
+    pending: tuple[int, int] | None = None          # an unpaired high surrogate: (code, end)
+    for m in _SURROGATE_HEX.finditer(text):
+        start = m.start()
+        slashes = 0
+        while start - slashes - 1 >= 0 and text[start - slashes - 1] == "\\":
+            slashes += 1
+        if slashes % 2:                             # the backslash is itself escaped: plain text
+            continue
+        code = int(m.group(1), 16)
+        if code >= 0xDC00:                          # a low one: the second half of a pair, or lone
+            if pending is None or pending[1] != start:
+                return code
+            pending = None
+            continue
+        if pending is not None:
+            return pending[0]
+        pending = (code, m.end())
+    return pending[0] if pending is not None else None
 
 
 def _finite_float(text: str) -> float:
@@ -83,13 +111,11 @@ def parse_json_body(raw: bytes) -> Any:
         # decoded strictly here: json.loads(bytes) would let UTF-8-encoded surrogates through
         text = raw.decode("utf-8-sig")
         value = json.loads(text, parse_float=_finite_float, parse_int=_float_range_int, parse_constant=_no_constant)
-        if _SURROGATE_ESCAPE.search(text):  # only then can a string hold a lone surrogate
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        lone = lone_surrogate_escape(text)  # an escape is the only way a string can hold one
+        if lone is not None:
+            raise HttpError(400, "invalid_request_error",
+                            f"request body is not valid Unicode: it holds a lone UTF-16 surrogate (\\u{lone:04x})")
         return value
-    except UnicodeEncodeError as exc:
-        raise HttpError(400, "invalid_request_error",
-                        f"request body is not valid Unicode: it holds a lone UTF-16 surrogate "
-                        f"(\\u{ord(exc.object[exc.start]):04x})") from None
     except UnicodeDecodeError:
         raise HttpError(400, "invalid_request_error", "request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:

@@ -115,7 +115,6 @@ class SessionHistory:
         self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
         # turn index -> [(position, message)]: where the client echoed a held reply rewritten
         self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-        self._tools_keys: dict[int, tuple[Any, bytes]] = {}    # id(held tools) -> (tools, their key)
 
     def add(self, turn: TurnRecord, messages_key: bytes | None = None,
             echoed: tuple[int, dict[str, Any]] | None = None) -> None:
@@ -186,8 +185,9 @@ class SessionHistory:
         view = self._view(turn)
         if messages[:n - 1] != view or not all(_same_calls(a, b) for a, b in zip(messages, view)):
             return None
-        if _digest(b"tools", tools or []) != self._tools_key(turn.tools):
-            return None
+        held_tools = turn.tools
+        if not (tools is held_tools or (tools == held_tools and _strictly_equal(tools, held_tools))):
+            return None   # (equal as JSON, types included: then their digests are equal too)
         key = self.key_of[turn.index]
         tool_schemas = echo.schemas(tools)
         for message in messages[n:]:
@@ -205,12 +205,6 @@ class SessionHistory:
             if position < len(view):
                 view[position] = message
         return view
-
-    def _tools_key(self, tools: Any) -> bytes:
-        held = self._tools_keys.get(id(tools))
-        if held is None or held[0] is not tools:
-            held = self._tools_keys[id(tools)] = (tools, _digest(b"tools", tools or []))
-        return held[1]
 
 
 def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
