@@ -112,6 +112,15 @@ def test_serve_answers_healthz_before_its_tokenizer_has_loaded(tmp_path: Path):
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/messages", headers={"x-api-key": "k"}, timeout=60,
                            json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})
         assert reply.status_code == 200 and reply.json()["content"][0]["text"] == "hi"
+        # replies are not held back by Nagle's algorithm: without TCP_NODELAY each answer on a
+        # kept-alive connection waited ~40 ms for the client's delayed ACK
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            times = []
+            for _ in range(15):
+                t0 = time.perf_counter()
+                assert client.get("/healthz").status_code == 200
+                times.append(time.perf_counter() - t0)
+        assert sorted(times)[len(times) // 2] < 0.03, times
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -126,3 +135,30 @@ def test_serve_with_an_engine_that_cannot_load_exits_1_with_the_reason(tmp_path:
     assert proc.returncode == 1, proc.stderr
     assert "agent-code serve: error: cannot read the engine script" in proc.stderr
     assert "Traceback" not in proc.stderr and "listening on" not in proc.stderr
+
+
+def test_serve_sockets_say_tcp_so_replies_go_out_without_delay():
+    """asyncio sets TCP_NODELAY only on sockets whose protocol says TCP (the bug: a socket made
+    with proto 0 kept Nagle's algorithm on every connection it accepted)."""
+    import socket as sockets
+
+    from agent_code.cli.serve import bind_socket
+
+    async def scenario() -> int:
+        listener = bind_socket("127.0.0.1", 0)
+        accepted: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport):
+                accepted.set_result(transport)
+
+        server = await asyncio.get_running_loop().create_server(Keep, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+        transport = await asyncio.wait_for(accepted, 10)
+        nodelay = transport.get_extra_info("socket").getsockopt(sockets.IPPROTO_TCP, sockets.TCP_NODELAY)
+        writer.close()
+        transport.close()
+        server.close()
+        return nodelay
+
+    assert asyncio.run(scenario()) != 0
