@@ -115,6 +115,7 @@ class SessionHistory:
         self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
         # turn index -> [(position, message)]: where the client echoed a held reply rewritten
         self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        self._tools: dict[int, tuple[Any, list[tuple[tuple[Any, ...], type]], Any]] = {}  # id(held tools) -> facts
 
     def add(self, turn: TurnRecord, messages_key: bytes | None = None,
             echoed: tuple[int, dict[str, Any]] | None = None) -> None:
@@ -174,25 +175,33 @@ class SessionHistory:
         if turn is None:
             return None
         n = len(turn.messages) + 1
+        held_tools = turn.tools
+        facts = self._tools_facts(held_tools)
+        if not (tools is held_tools or (tools == held_tools and _same_scalar_types(tools, facts[0]))):
+            return None   # equal as JSON, types included: then their digests are equal too
+        tool_schemas = facts[1]   # the held tools' (the request's are the same)
         last = messages[n - 1]
         if last != turn.reply or not _same_calls(last, turn.reply):
             # a client's known rewrite of the call (echo.py) is the call the model made
             if last.get("role") != "assistant":
                 return None
-            tool_schemas = echo.schemas(tools)
             if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
                 return None
         view = self._view(turn)
         if messages[:n - 1] != view or not all(_same_calls(a, b) for a, b in zip(messages, view)):
             return None
-        held_tools = turn.tools
-        if not (tools is held_tools or (tools == held_tools and _strictly_equal(tools, held_tools))):
-            return None   # (equal as JSON, types included: then their digests are equal too)
         key = self.key_of[turn.index]
-        tool_schemas = echo.schemas(tools)
         for message in messages[n:]:
             key = _digest(key, echo.echo_form(message, tool_schemas) if tool_schemas else message)
         return (turn.index, n), key
+
+    def _tools_facts(self, tools: Any) -> tuple[list[tuple[tuple[Any, ...], type]], Any]:
+        """For a held tools list (kept per object): where it holds a number, bool or null and of
+        which type, and its echo schemas."""
+        held = self._tools.get(id(tools))
+        if held is None or held[0] is not tools:
+            held = self._tools[id(tools)] = (tools, _scalar_paths(tools), echo.schemas(tools))
+        return held[1], held[2]
 
     def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
         """``turn.messages`` as its client sent them: the canonical replies they hold replaced
@@ -205,6 +214,28 @@ class SessionHistory:
             if position < len(view):
                 view[position] = message
         return view
+
+
+def _scalar_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], type]]:
+    """Where a JSON value holds something other than a string, dict or list, and its type."""
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _scalar_paths(v, (*path, k))]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _scalar_paths(v, (*path, i))]
+    return [] if isinstance(value, str) else [(path, type(value))]
+
+
+def _same_scalar_types(value: Any, paths: list[tuple[tuple[Any, ...], type]]) -> bool:
+    """For a value ``==`` to the one ``paths`` came from: the same type at each of those places
+    (``==`` already made everything else alike: only numbers, bools and null can be equal
+    across types)."""
+    for path, kind in paths:
+        node = value
+        for step in path:
+            node = node[step]
+        if type(node) is not kind:
+            return False
+    return True
 
 
 def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
