@@ -337,6 +337,26 @@ def test_llamacpp_generates_sampled_ids_and_logprobs(llama, qwen25):
 
 @pytest.mark.slow
 @needs_llamacpp
+def test_llamacpp_streams_the_same_generation_piece_by_piece(llama, qwen25):
+    from agent_code.engines.base import Piece
+
+    prompt = qwen25.render([{"role": "user", "content": "Count from one to twenty in words."}])
+    sampling = SamplingParams(max_new_tokens=24, temperature=0)
+
+    async def go():
+        items = [item async for item in llama.stream(prompt, sampling)]
+        return items, await llama.generate(prompt, sampling)
+
+    items, whole = run(go())
+    *pieces, last = items
+    assert all(isinstance(p, Piece) for p in pieces) and len(pieces) > 3
+    assert [i for p in pieces for i in p.output_ids] == last.output_ids == whole.output_ids
+    assert [x for p in pieces for x in p.logprobs] == last.logprobs
+    assert last.finish_reason == whole.finish_reason
+
+
+@pytest.mark.slow
+@needs_llamacpp
 def test_llamacpp_grammar_and_stop_strings(llama, qwen25):
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}

@@ -3,12 +3,18 @@
 Engines are async and cancellable: cancelling the task that awaits ``generate`` must
 abort the request in the engine (free the slot, stop sampling) before the
 ``CancelledError`` propagates.
+
+An engine that can stream also has ``stream``: an async iterator of :class:`Piece` (output ids
+and their logprobs, in order, as they are sampled) that ends with the same :class:`Generation`
+that ``generate`` returns (whose ids are all the pieces' ids, joined). Closing or cancelling the
+iterator aborts the request like cancelling ``generate``. :func:`stream_generation` gives any
+engine's stream: one without ``stream`` yields just its ``generate`` result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import AsyncIterator, Protocol, Sequence, runtime_checkable
 
 from agent_code.protocols.canonical import SamplingParams
 
@@ -26,6 +32,14 @@ class Generation:
     meta: dict = field(default_factory=dict)
 
 
+@dataclass
+class Piece:
+    """Output ids sampled since the previous piece, with their logprobs."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+
+
 @runtime_checkable
 class Engine(Protocol):
     name: str
@@ -34,3 +48,14 @@ class Engine(Protocol):
                        session_id: str | None = None) -> Generation: ...
 
     async def close(self) -> None: ...
+
+
+async def stream_generation(engine: Engine, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+                            session_id: str | None = None) -> AsyncIterator[Piece | Generation]:
+    """The engine's ``stream`` when it has one, else its ``generate`` result alone."""
+    stream = getattr(engine, "stream", None)
+    if stream is None:
+        yield await engine.generate(prompt_ids, sampling, session_id=session_id)
+        return
+    async for item in stream(prompt_ids, sampling, session_id=session_id):
+        yield item

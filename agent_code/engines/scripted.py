@@ -5,11 +5,11 @@ One reply per line (blank lines and ``#`` lines are skipped), in either of two s
 * the raw completion, as the model would write it in the served chat template::
 
     {"text": "...", "session"?: "id", "finish_reason"?: "stop" | "length",
-     "logprobs"?: [float, ...], "delay"?: seconds, "when"?: "substring"}
+     "logprobs"?: [float, ...], "delay"?: seconds, "token_delay"?: seconds, "when"?: "substring"}
 
 * the scripted *provider*'s shape (``agent-code --provider scripted --script``), an Anthropic
   assistant turn: a list of blocks, or ``{"content": [blocks], "stop_reason"?: ...}`` with the
-  same optional ``session``, ``delay``, ``when`` and ``logprobs``. Blocks are ``text``,
+  same optional ``session``, ``delay``, ``token_delay``, ``when`` and ``logprobs``. Blocks are ``text``,
   ``tool_use`` (``name`` and ``input``; an ``id`` is ignored — the gateway assigns the wire ids),
   ``thinking`` (its text is the reasoning) and ``redacted_thinking`` (dropped). The turn is
   written as completion text by the served chat template itself (the text the template
@@ -38,7 +38,9 @@ unless the line says ``"finish_reason": "length"`` (a reply cut off by the budge
 ``-(k + 1) / 1024``. Requests cut the reply to ``sampling.max_new_tokens`` (finish ``"length"``)
 and at the token that completes a ``sampling.stop`` string (finish ``"stop"``, the string in
 ``meta["stop"]``) — the same stop semantics as the real engines here. ``delay`` makes the reply
-wait (cancellably), for tests of timeouts and cancellation.
+wait (cancellably), for tests of timeouts and cancellation. ``token_delay`` paces the reply:
+that many seconds per token, after ``delay``; ``stream`` hands out the tokens one by one at that
+pace (``generate`` waits for all of them), for tests of streaming.
 """
 
 from __future__ import annotations
@@ -47,14 +49,14 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
-from agent_code.engines.base import EngineError, Generation
+from agent_code.engines.base import EngineError, Generation, Piece
 from agent_code.jsonl import read_jsonl
 from agent_code.protocols.canonical import SamplingParams
 
-_FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "when"}
-_TURN_FIELDS = {"content", "stop_reason", "session", "logprobs", "delay", "when"}
+_FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "token_delay", "when"}
+_TURN_FIELDS = {"content", "stop_reason", "session", "logprobs", "delay", "token_delay", "when"}
 _BLOCK_TYPES = {"text", "tool_use", "thinking", "redacted_thinking"}
 _STOP_REASONS = {"end_turn": "stop", "tool_use": "stop", "stop_sequence": "stop", "max_tokens": "length"}
 _PROBE_PROMPT = [{"role": "user", "content": "agent-code scripted turn"}]
@@ -87,6 +89,7 @@ class ScriptedReply:
     session: str | None = None
     delay: float = 0.0
     when: str | None = None     # only for a prompt containing this text
+    token_delay: float = 0.0    # seconds per token
 
 
 def default_logprob(k: int) -> float:
@@ -138,9 +141,10 @@ class ScriptedEngine:
         finish = obj.get("finish_reason", "stop")
         if finish not in ("stop", "length"):
             raise ScriptError(f'{where}: "finish_reason" must be "stop" or "length", got {finish!r}')
-        delay = obj.get("delay", 0)
-        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
-            raise ScriptError(f'{where}: "delay" must be a number of seconds >= 0')
+        delay, token_delay = obj.get("delay", 0), obj.get("token_delay", 0)
+        for key, value in (("delay", delay), ("token_delay", token_delay)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ScriptError(f'{where}: "{key}" must be a number of seconds >= 0')
         when = obj.get("when")
         if when is not None and (not isinstance(when, str) or not when):
             raise ScriptError(f'{where}: "when" must be a non-empty string')
@@ -152,7 +156,8 @@ class ScriptedEngine:
         if len(given) > len(ids):
             raise ScriptError(f'{where}: {len(given)} logprobs for {len(ids)} tokens')
         logprobs = [float(x) for x in given] + [default_logprob(k) for k in range(len(given), len(ids))]
-        return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay), when)
+        return ScriptedReply(number, text, ids, logprobs, finish, session, float(delay), when,
+                             float(token_delay))
 
     def _turn_as_completion(self, obj: dict[str, Any], where: str) -> dict[str, Any]:
         """A line in the scripted provider's shape → the same line with ``text``: the completion
@@ -229,12 +234,34 @@ class ScriptedEngine:
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
                        session_id: str | None = None) -> Generation:
+        reply = await self._start(session_id, prompt_ids)
+        generation = self._generation(reply, prompt_ids, sampling)
+        if reply.token_delay:
+            await asyncio.sleep(reply.token_delay * len(generation.output_ids))
+        return generation
+
+    async def stream(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+                     session_id: str | None = None) -> AsyncIterator[Piece | Generation]:
+        """The reply's tokens one by one, ``token_delay`` apart, then its Generation."""
+        reply = await self._start(session_id, prompt_ids)
+        generation = self._generation(reply, prompt_ids, sampling)
+        for k, token in enumerate(generation.output_ids):
+            if reply.token_delay:
+                await asyncio.sleep(reply.token_delay)
+            yield Piece([token], [generation.logprobs[k]])
+        yield generation
+
+    async def _start(self, session_id: str | None, prompt_ids: Sequence[int]) -> ScriptedReply:
         reply = self._next(session_id, prompt_ids)
         self.used += 1
         if reply.delay:
             await asyncio.sleep(reply.delay)
         else:
             await asyncio.sleep(0)
+        return reply
+
+    def _generation(self, reply: ScriptedReply, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        """The reply cut by the request's stop strings and token budget."""
         ids, logprobs, finish = list(reply.ids), list(reply.logprobs), reply.finish_reason
         meta: dict[str, Any] = {"script_line": reply.line}
         cut = _stop_cut(self.renderer, ids, sampling.stop)

@@ -6,6 +6,11 @@
 The HTTP layer translates the wire body into a :class:`ChatRequest` first and the
 outcome back into the wire reply afterwards; it calls :meth:`Gateway.commit` only once
 the reply reached the client, so an unanswered turn is never recorded.
+
+``generate(..., progress=callback)`` streams: it reads the engine's pieces as they come
+(:func:`agent_code.engines.base.stream_generation`) and calls ``callback`` with what of the reply
+is already certain (:func:`agent_code.parse.incremental.certain` on the partial output); the
+outcome, its ids, logprobs and parse, is the same as without a callback.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from agent_code.engines.base import Engine, Generation
+from agent_code.engines.base import Engine, Generation, stream_generation
 from agent_code.gateway.grammar import tool_call_grammar
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
+from agent_code.parse.incremental import Progress, certain
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
 from agent_code.trajectory.history import POLICIES, PromptPlan, plan_prompt
 from agent_code.trajectory.records import TurnRecord
@@ -146,13 +152,16 @@ class Gateway:
         sampling = self.sampling_for(session, request, len(plan.prompt_ids))
         return PreparedTurn(request, plan.prompt_ids, sampling, {"render": time.perf_counter() - t0}, plan)
 
-    async def generate(self, session: Session, turn: "PreparedTurn") -> TurnOutcome:
+    async def generate(self, session: Session, turn: "PreparedTurn",
+                       progress: Callable[[Progress], None] | None = None) -> TurnOutcome:
         session.check_open()
         session.in_flight += 1
         try:
             t1 = time.perf_counter()
             if turn.sampling.max_new_tokens <= 0:  # context budget exhausted: stop at once
                 generation = Generation([], [], "length", prompt_tokens=len(turn.prompt_ids))
+            elif progress is not None:
+                generation = await self._streamed(session, turn, progress)
             else:
                 generation = await self.engine.generate(as_ids(turn.prompt_ids), turn.sampling, session_id=session.id)
             t2 = time.perf_counter()
@@ -162,6 +171,34 @@ class Gateway:
             session.in_flight -= 1
         timing = {**turn.timing, "engine": t2 - t1, "parse": t3 - t2}
         return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing, turn.plan)
+
+    async def _streamed(self, session: Session, turn: "PreparedTurn",
+                        progress: Callable[[Progress], None]) -> Generation:
+        """The engine's generation, read piece by piece; ``progress`` hears what is certain.
+        Reading the partial output costs a decode and a parse of all of it, so it is done at
+        most once per four times its own duration (a long reply is not re-read per token)."""
+        ids: list[int] = []
+        next_read = 0.0
+        async for item in stream_generation(self.engine, as_ids(turn.prompt_ids), turn.sampling,
+                                            session_id=session.id):
+            if isinstance(item, Generation):
+                return item
+            ids.extend(item.output_ids)
+            now = time.perf_counter()
+            if now >= next_read:
+                progress(self.certain(ids, turn.sampling, turn.request))
+                next_read = now + 4 * (time.perf_counter() - now)
+        raise RuntimeError(f"the engine {self.engine.name!r} ended its stream without a Generation")
+
+    def certain(self, ids: Sequence[int], sampling: SamplingParams, request: ChatRequest) -> Progress:
+        """What of the reply the partial output ``ids`` already settles (see :meth:`parse`)."""
+        ids = list(ids)
+        end = set(self.renderer.end_of_turn_ids)
+        while ids and ids[-1] in end:
+            ids.pop()
+        text = self.renderer.decode(ids).rstrip("\ufffd")  # an incomplete UTF-8 character
+        return certain(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
+                       tools=request.tools, stops=sampling.stop)
 
     async def run_turn(self, session: Session, request: ChatRequest) -> TurnOutcome:
         return await self.generate(session, self.prepare(session, request))

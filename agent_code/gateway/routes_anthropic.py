@@ -38,6 +38,7 @@ class AnthropicReply:
         self.gw, self.chat, self.signer = gateway, chat, signer
         self.message_id = wire.new_message_id()
         self.model = chat.model or gateway.model_name
+        self.stream = wire.MessageStream(signer=signer, thinking_requested=chat.thinking)
 
     def _args(self, outcome: Any) -> dict[str, Any]:
         stop_reason, stop_sequence = wire.stop_reason_for(outcome.reply, outcome.finish_reason,
@@ -62,9 +63,19 @@ class AnthropicReply:
     def keepalive(self) -> bytes:
         return wire.ping_event()
 
+    def progress(self, news: list[tuple[str, str]]) -> list[bytes]:
+        """Content deltas for what became certain during the generation."""
+        events = []
+        for kind, piece in news:
+            events += getattr(self.stream, kind)(piece)
+        return [wire.sse_encode(e, d) for e, d in events]
+
     def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
-        events = [wire.sse_encode(e, d) for e, d in wire.stream_events(outcome.reply, **self._args(outcome))]
-        return events[1:-1], events[-1:]  # message_start went out first; message_stop after the record
+        args = self._args(outcome)
+        events = [wire.sse_encode(e, d) for e, d in self.stream.finish(
+            outcome.reply, stop_reason=args["stop_reason"], stop_sequence=args["stop_sequence"],
+            output_tokens=args["output_tokens"])]
+        return events[:-1], events[-1:]  # message_start went out first; message_stop after the record
 
     def stream_error(self, err: HttpError) -> bytes:
         return wire.sse_encode("error", wire.error_body(err.kind, err.message))

@@ -55,6 +55,11 @@ class ChatReply:
     def keepalive(self) -> bytes:
         return wire.KEEPALIVE
 
+    def progress(self, news: list[tuple[str, str]]) -> list[bytes]:
+        """Content deltas for what became certain during the generation."""
+        return [oc.sse_data(c) for kind, piece in news if kind != "reasoning_done"
+                for c in getattr(self.chunks, kind)(piece)]
+
     def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
         return [oc.sse_data(c) for c in self.chunks.reply(outcome.reply, **self._args(outcome))], [wire.DONE]
 

@@ -50,6 +50,14 @@ class ResponsesReply:
     def keepalive(self) -> bytes:
         return oc.sse_event(*self.writer.keepalive())
 
+    def progress(self, news: list[tuple[str, str]]) -> list[bytes]:
+        """Content deltas for what became certain during the generation."""
+        events = []
+        for kind, piece in news:
+            events += (self.writer.reasoning_done(piece, self.signer) if kind == "reasoning_done"
+                       else getattr(self.writer, kind)(piece))
+        return [oc.sse_event(*e) for e in events]
+
     def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
         events = [oc.sse_event(*e) for e in self.writer.reply_events(self.body(outcome))]
         return events[:-1], events[-1:]  # the completed event only once the turn is recorded

@@ -9,10 +9,17 @@ protocols:
     (prepare and commit run off the event loop, in the session's order: :mod:`.offload`)
     JSON:  generate, cancelled if the client disconnects (499, nothing recorded)
            → body → commit → reply
-    SSE:   the opening events at once → keep-alive events while the engine works
-           → every reply event but the last → commit → the last event
+    SSE:   the opening events at once → content deltas as the engine's tokens make them
+           certain, keep-alive events whenever nothing was sent for a ping interval
+           → the rest of the reply's events but the last → commit → the last event
            (a client that goes away cancels the generator, hence the engine request;
             nothing is recorded)
+
+Streams are real token streams: the pipeline reads the engine's pieces and reports what of the
+reply is certain (:mod:`agent_code.parse.incremental`: always a prefix of the final parse);
+the way out sends that as deltas (``WayOut.progress``) and, at the end, the rest of the final
+reply, so a client accumulates exactly the reply that is recorded. A way out without
+``progress`` gets the whole reply at the end.
 
 The turn is recorded before the final bytes are written, so a client that acts on the reply
 (finishes the session, say) always finds it there, and never when the client was gone before
@@ -42,6 +49,7 @@ from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_htt
                                      unless_disconnected)
 from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.sessions import Session
+from agent_code.parse.incremental import Progress, advance
 from agent_code.protocols.canonical import ChatRequest
 from agent_code.trajectory.records import TurnRecord
 
@@ -65,8 +73,12 @@ class WayOut(Protocol):
 
     def keepalive(self) -> bytes: ...
 
+    def progress(self, news: list[tuple[str, str]]) -> list[bytes]:
+        """(Optional) SSE bytes for what became certain: ``("reasoning" | "reasoning_done" |
+        "text", piece)`` from :func:`agent_code.parse.incremental.advance`."""
+
     def reply_events(self, outcome: TurnOutcome) -> tuple[list[bytes], list[bytes]]:
-        """The rest of the stream: (before the turn is recorded, after)."""
+        """The rest of the stream (after what ``progress`` sent): (before the turn is recorded, after)."""
 
     def stream_error(self, err: HttpError) -> bytes: ...
 
@@ -186,15 +198,39 @@ class TurnFlow:
                       after_commit: AfterCommit | None) -> AsyncIterator[bytes]:
         """If the client goes away, Starlette cancels this generator: the engine task is
         cancelled with it and nothing is recorded."""
-        task = asyncio.ensure_future(self.gw.generate(session, turn))
+        latest: list[Progress] = []
+        wake = asyncio.Event()
+
+        def heard(progress: Progress) -> None:
+            latest[:] = [progress]
+            wake.set()
+
+        streams = getattr(out, "progress", None) is not None
+        task = asyncio.ensure_future(self.gw.generate(session, turn, heard) if streams
+                                     else self.gw.generate(session, turn))
         try:
             for chunk in out.opening(turn):
                 yield chunk
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.ping_interval_s)
-                if done:
-                    break
-                yield out.keepalive()
+            sent, last_write = Progress(), time.monotonic()
+            while not task.done():
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({task, woken}, timeout=max(0.0, last_write + self.ping_interval_s
+                                                                 - time.monotonic()),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                wake.clear()
+                chunks: list[bytes] = []
+                if latest:
+                    news, sent = advance(sent, latest.pop())
+                    chunks = out.progress(news) if news else []
+                if not chunks and not task.done() and time.monotonic() >= last_write + self.ping_interval_s:
+                    chunks = [out.keepalive()]
+                for chunk in chunks:
+                    yield chunk
+                if chunks:
+                    last_write = time.monotonic()
             try:
                 outcome = task.result()
             except Exception as exc:

@@ -57,7 +57,7 @@ import string
 from typing import Any, Protocol
 
 from agent_code.protocols.jsontypes import is_int, is_number, type_name
-from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema
+from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
 IMAGE_PLACEHOLDER = "[image omitted: this model reads text only]"
@@ -534,38 +534,97 @@ def message_start_event(*, model: str, message_id: str, input_tokens: int,
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}})
 
 
+class MessageStream:
+    """The content events of one streamed message, written as the reply becomes certain:
+    :meth:`reasoning`, :meth:`reasoning_done` and :meth:`text` stream pieces that are prefixes
+    of the final reply (:mod:`agent_code.parse.incremental`); :meth:`finish` sends the rest of
+    the final reply — the remainder of the open blocks, the blocks not begun, the tool calls —
+    and the closing events. Only ``finish`` gives the same events as a reply sent whole."""
+
+    def __init__(self, *, signer: Signer | None = None, thinking_requested: bool = True,
+                 chunk_chars: int = 64) -> None:
+        self.signer, self.thinking_requested, self.size = signer, thinking_requested, max(1, chunk_chars)
+        self.index = -1
+        self.open: str | None = None               # the kind of the block being streamed
+        self.sent: dict[str, str] = {}             # kind -> what of it was sent
+        self.closed: set[str] = set()
+
+    def _start(self, kind: str, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        self.index += 1
+        self.open = kind
+        self.sent[kind] = ""
+        return [("content_block_start", {"type": "content_block_start", "index": self.index,
+                                         "content_block": block})]
+
+    def _deltas(self, deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        return [("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": d})
+                for d in deltas]
+
+    def _stop(self) -> list[tuple[str, dict[str, Any]]]:
+        self.closed.add(self.open or "")
+        self.open = None
+        return [("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _piece(self, kind: str, piece: str, whole: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        events = [] if self.open == kind else self._start(kind, {"type": kind, kind: "", "signature": ""}
+                                                          if kind == "thinking" else {"type": kind, kind: ""})
+        self.sent[kind] += piece
+        return events + self._deltas([{"type": f"{kind}_delta", kind: c} for c in _chunks(piece, self.size)
+                                      if c or whole])
+
+    def reasoning(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        return self._piece("thinking", piece) if self.thinking_requested else []
+
+    def reasoning_done(self, reasoning: str) -> list[tuple[str, dict[str, Any]]]:
+        if self.open != "thinking":
+            return []
+        signature = self.signer.sign(reasoning) if self.signer is not None else ""
+        return self._deltas([{"type": "signature_delta", "signature": signature}]) + self._stop()
+
+    def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        return self._piece("text", piece)
+
+    def finish(self, reply: ParsedReply, *, stop_reason: str, stop_sequence: str | None,
+               output_tokens: int) -> list[tuple[str, dict[str, Any]]]:
+        events: list[tuple[str, dict[str, Any]]] = []
+        for block in _reply_blocks(reply, self.signer, self.thinking_requested):
+            kind = block["type"]
+            if kind in ("thinking", "text"):
+                if kind in self.closed:   # streamed whole already
+                    continue
+                begun = self.open == kind
+                events += self._piece(kind, rest_of(block[kind], self.sent[kind]) if begun else block[kind],
+                                      whole=not begun)
+                if kind == "thinking":
+                    events += self._deltas([{"type": "signature_delta", "signature": block["signature"]}])
+            else:
+                if self.open is not None:
+                    events += self._stop()
+                events += self._start(kind, {"type": "tool_use", "id": block["id"], "name": block["name"],
+                                             "input": {}})
+                payload = json.dumps(block["input"], ensure_ascii=False)
+                events += self._deltas([{"type": "input_json_delta", "partial_json": c}
+                                        for c in _chunks(payload, self.size)])
+            events += self._stop()
+        if self.open is not None:   # streamed, but empty in the final reply (cannot happen by construction)
+            events += self._stop()
+        events.append(("message_delta", {"type": "message_delta",
+                                         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                                         "usage": {"output_tokens": output_tokens}}))
+        events.append(("message_stop", {"type": "message_stop"}))
+        return events
+
+
 def stream_events(reply: ParsedReply, *, model: str, message_id: str, stop_reason: str,
                   stop_sequence: str | None, input_tokens: int, output_tokens: int,
                   signer: Signer | None = None, thinking_requested: bool = True,
                   chunk_chars: int = 64) -> list[tuple[str, dict[str, Any]]]:
     """The same reply as the SSE events of a streamed response, in the API's order."""
-    size = max(1, chunk_chars)
     events = [message_start_event(model=model, message_id=message_id, input_tokens=input_tokens,
                                   output_tokens=min(1, max(0, output_tokens)))]
-    for index, block in enumerate(_reply_blocks(reply, signer, thinking_requested)):
-        kind = block["type"]
-        if kind == "thinking":
-            start = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [{"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"], size)]
-            deltas.append({"type": "signature_delta", "signature": block["signature"]})
-        elif kind == "text":
-            start = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], size)]
-        else:
-            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            payload = json.dumps(block["input"], ensure_ascii=False)
-            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(payload, size)]
-        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                               "content_block": start}))
-        for delta in deltas:
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                   "delta": delta}))
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                                     "usage": {"output_tokens": output_tokens}}))
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
+    stream = MessageStream(signer=signer, thinking_requested=thinking_requested, chunk_chars=chunk_chars)
+    return events + stream.finish(reply, stop_reason=stop_reason, stop_sequence=stop_sequence,
+                                  output_tokens=output_tokens)
 
 
 def sse_encode(event: str, data: dict[str, Any]) -> bytes:

@@ -15,6 +15,7 @@ they would change what is rendered and break prefix matching between turns.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,3 +86,13 @@ class ParsedReply:
             msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                                  for c in self.tool_calls]
         return msg
+
+
+def rest_of(final: str, sent: str) -> str:
+    """What of ``final`` is left to stream after ``sent``, a prefix of it by construction (see
+    :mod:`agent_code.parse.incremental`); if not, a bug: it is logged, and ``final`` past the
+    length of ``sent`` is the rest."""
+    if not final.startswith(sent):
+        logging.getLogger("agent_code.gateway").error(
+            "streamed text is not a prefix of the final reply: %r vs %r", sent[-60:], final[:len(sent)][-60:])
+    return final[len(sent):]

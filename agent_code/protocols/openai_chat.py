@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_code.protocols import openai_common as oc
-from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, ToolSchema
+from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, ToolSchema, rest_of
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 USER_TEXT = ("text",)
@@ -289,6 +289,7 @@ class ChunkMaker:
     def __init__(self, *, completion_id: str, model: str, include_usage: bool, created: int | None = None) -> None:
         self.completion_id, self.model, self.include_usage = completion_id, model, include_usage
         self.created = int(time.time()) if created is None else created
+        self.sent_reasoning = self.sent_text = ""
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         out = {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
@@ -302,16 +303,28 @@ class ChunkMaker:
         """Sent at once, before the engine finishes."""
         return self.chunk({"role": "assistant", "content": ""})
 
+    def reasoning(self, piece: str) -> list[dict[str, Any]]:
+        """A piece of reasoning streamed before the end (a prefix of the final reasoning)."""
+        self.sent_reasoning += piece
+        return [self.chunk({"reasoning_content": piece})]
+
+    def text(self, piece: str) -> list[dict[str, Any]]:
+        """A piece of text streamed before the end (a prefix of the final text)."""
+        self.sent_text += piece
+        return [self.chunk({"content": piece})]
+
     def reply(self, reply: ParsedReply, *, finish_reason: str, prompt_tokens: int, completion_tokens: int,
               chunk_chars: int = 64) -> list[dict[str, Any]]:
-        """Every chunk after the opening one, in order, ending with the finish chunk (and the
-        usage chunk when asked for)."""
+        """Every chunk after the opening one and those streamed already, in order, ending with
+        the finish chunk (and the usage chunk when asked for)."""
         _assign_ids(reply)
         out = []
         if reply.reasoning:
-            out += [self.chunk({"reasoning_content": c}) for c in oc.chunks(reply.reasoning, chunk_chars)]
+            rest = rest_of(reply.reasoning, self.sent_reasoning)
+            out += [self.chunk({"reasoning_content": c}) for c in oc.chunks(rest, chunk_chars) if c]
         if reply.text:
-            out += [self.chunk({"content": c}) for c in oc.chunks(reply.text, chunk_chars)]
+            out += [self.chunk({"content": c}) for c in oc.chunks(rest_of(reply.text, self.sent_text), chunk_chars)
+                    if c]
         for index, call in enumerate(reply.tool_calls):
             out.append(self.chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
                                                    "function": {"name": call.name, "arguments": ""}}]}))

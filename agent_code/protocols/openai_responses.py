@@ -64,7 +64,7 @@ from typing import Any
 
 from agent_code.protocols import openai_common as oc
 from agent_code.protocols.anthropic import Signer
-from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, ToolSchema
+from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, ToolSchema, rest_of
 
 SEALED_PREFIX = "agent-code.v1."
 NAMESPACE_SEPARATOR = "__"
@@ -486,16 +486,24 @@ def new_response_id() -> str:
     return oc.new_id("resp_", 32)
 
 
-def output_items(reply: ParsedReply, refs: dict[str, ToolRef], signer: Signer | None) -> list[dict[str, Any]]:
+def reasoning_item(text: str, signer: Signer | None, item_id: str | None = None) -> dict[str, Any]:
+    return {"id": item_id or oc.new_id("rs_"), "type": "reasoning", "status": "completed", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}],
+            "encrypted_content": seal_reasoning(text, signer) if signer else None}
+
+
+def output_items(reply: ParsedReply, refs: dict[str, ToolRef], signer: Signer | None,
+                 ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The completed output items of a reply: reasoning, message, then one item per call.
-    Fills empty ToolCallOut ids in place (they become the ``call_id``s)."""
+    Fills empty ToolCallOut ids in place (they become the ``call_id``s). ``ids``: the item ids
+    of the reasoning and message items a stream has begun already (by type)."""
+    ids = ids or {}
     items: list[dict[str, Any]] = []
     if reply.reasoning:
-        items.append({"id": oc.new_id("rs_"), "type": "reasoning", "status": "completed", "summary": [],
-                      "content": [{"type": "reasoning_text", "text": reply.reasoning}],
-                      "encrypted_content": seal_reasoning(reply.reasoning, signer) if signer else None})
+        items.append(reasoning_item(reply.reasoning, signer, ids.get("reasoning")))
     if reply.text:
-        items.append({"id": oc.new_id("msg_"), "type": "message", "status": "completed", "role": "assistant",
+        items.append({"id": ids.get("message") or oc.new_id("msg_"), "type": "message", "status": "completed",
+                      "role": "assistant",
                       "content": [{"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}]})
     for call in reply.tool_calls:
         if not call.id:
@@ -532,6 +540,7 @@ class ResponseWriter:
         self.response_id = response_id or new_response_id()
         self.created_at = int(time.time()) if created_at is None else created_at
         self.sequence = 0
+        self.begun: dict[str, dict[str, Any]] = {}   # item type -> {"id", "index", "sent", "done"}: streamed early
 
     def response(self, *, status: str, output: list[dict[str, Any]] | None = None,
                  usage: dict[str, Any] | None = None, incomplete_reason: str | None = None,
@@ -548,7 +557,8 @@ class ResponseWriter:
         """The finished response object (the JSON reply, and the payload of the last event)."""
         incomplete = finish_reason == "length" and not reply.tool_calls
         return self.response(status="incomplete" if incomplete else "completed",
-                             output=output_items(reply, self.wire.tool_refs, signer),
+                             output=output_items(reply, self.wire.tool_refs, signer,
+                                                 {kind: begun["id"] for kind, begun in self.begun.items()}),
                              usage=usage(input_tokens, output_tokens),
                              incomplete_reason="max_output_tokens" if incomplete else None)
 
@@ -570,51 +580,96 @@ class ResponseWriter:
         return self.event("response.failed", response=self.response(
             status="failed", error={"code": code, "message": message}))
 
+    def reasoning(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        """A piece of reasoning streamed before the end (a prefix of the final reasoning)."""
+        return self._piece("reasoning", piece)
+
+    def reasoning_done(self, reasoning: str, signer: Signer | None) -> list[tuple[str, dict[str, Any]]]:
+        begun = self.begun.get("reasoning")
+        if begun is None or begun["done"]:
+            return []
+        begun["done"] = True
+        return self._closing(begun["index"], reasoning_item(reasoning, signer, begun["id"]))
+
+    def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        """A piece of text streamed before the end (a prefix of the final text)."""
+        return self._piece("message", piece)
+
+    def _piece(self, kind: str, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        begun = self.begun.get(kind)
+        if begun is None:
+            begun = self.begun[kind] = {"id": oc.new_id("rs_" if kind == "reasoning" else "msg_"),
+                                        "index": len(self.begun), "sent": "", "done": False}
+            shell = ({"id": begun["id"], "type": "reasoning", "summary": [],
+                      "content": [{"type": "reasoning_text", "text": ""}]} if kind == "reasoning" else
+                     {"id": begun["id"], "type": "message", "role": "assistant",
+                      "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]})
+            out += self._opening(begun["index"], shell)
+        begun["sent"] += piece
+        return out + self._deltas(begun["index"], kind, begun["id"], [piece])
+
     def reply_events(self, final: dict[str, Any], chunk_chars: int = 64) -> list[tuple[str, dict[str, Any]]]:
-        """Every event after the opening ones, for the finished response ``final``; the last
-        one is ``response.completed`` (or ``response.incomplete``)."""
+        """Every event after the opening ones and those streamed already, for the finished
+        response ``final``; the last one is ``response.completed`` (or ``response.incomplete``)."""
         events = []
         for index, item in enumerate(final["output"]):
-            events += self._item_events(index, item, chunk_chars)
+            begun = self.begun.get(item["type"])
+            if begun is None:
+                events += self._item_events(index, item, chunk_chars)
+            elif not begun["done"]:
+                rest = rest_of(item["content"][0]["text"], begun["sent"])
+                events += self._deltas(index, item["type"], item["id"], [c for c in oc.chunks(rest, chunk_chars) if c])
+                events += self._closing(index, item)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         events.append(self.event(kind, response=final))
         return events
 
-    def _item_events(self, index: int, item: dict[str, Any], size: int) -> list[tuple[str, dict[str, Any]]]:
-        ev, kind, item_id = self.event, item["type"], item["id"]
+    def _opening(self, index: int, item: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """``output_item.added`` (and for a message or reasoning, ``content_part.added``)."""
+        kind, where = item["type"], {"item_id": item["id"], "output_index": index}
+        if kind in ("message", "reasoning"):
+            extra = {"encrypted_content": None} if kind == "reasoning" else {}
+            return [self.event("response.output_item.added", output_index=index,
+                               item={**item, "status": "in_progress", "content": [], **extra}),
+                    self.event("response.content_part.added", **where, content_index=0,
+                               part={**item["content"][0], "text": ""})]
+        empty = {"input": ""} if kind == "custom_tool_call" else {"arguments": ""}
+        return [self.event("response.output_item.added", output_index=index,
+                           item={**item, "status": "in_progress", **empty})]
+
+    def _deltas(self, index: int, kind: str, item_id: str, pieces: list[str]) -> list[tuple[str, dict[str, Any]]]:
         where = {"item_id": item_id, "output_index": index}
-        out = []
+        if kind == "message":
+            return [self.event("response.output_text.delta", **where, content_index=0, delta=c, logprobs=[])
+                    for c in pieces]
+        if kind == "reasoning":
+            return [self.event("response.reasoning_text.delta", **where, content_index=0, delta=c) for c in pieces]
+        name = "custom_tool_call_input" if kind == "custom_tool_call" else "function_call_arguments"
+        return [self.event(f"response.{name}.delta", **where, delta=c) for c in pieces]
+
+    def _closing(self, index: int, item: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The ``.done`` events of a finished item, ending with ``output_item.done``."""
+        ev, kind, where = self.event, item["type"], {"item_id": item["id"], "output_index": index}
         if kind == "message":
             part = item["content"][0]
-            out.append(ev("response.output_item.added", output_index=index,
-                          item={**item, "status": "in_progress", "content": []}))
-            out.append(ev("response.content_part.added", **where, content_index=0,
-                          part={**part, "text": ""}))
-            out += [ev("response.output_text.delta", **where, content_index=0, delta=c, logprobs=[])
-                    for c in oc.chunks(part["text"], size)]
-            out.append(ev("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]))
-            out.append(ev("response.content_part.done", **where, content_index=0, part=part))
+            out = [ev("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]),
+                   ev("response.content_part.done", **where, content_index=0, part=part)]
         elif kind == "reasoning":
             part = item["content"][0]
-            out.append(ev("response.output_item.added", output_index=index,
-                          item={**item, "status": "in_progress", "content": [], "encrypted_content": None}))
-            out.append(ev("response.content_part.added", **where, content_index=0, part={**part, "text": ""}))
-            out += [ev("response.reasoning_text.delta", **where, content_index=0, delta=c)
-                    for c in oc.chunks(part["text"], size)]
-            out.append(ev("response.reasoning_text.done", **where, content_index=0, text=part["text"]))
-            out.append(ev("response.content_part.done", **where, content_index=0, part=part))
+            out = [ev("response.reasoning_text.done", **where, content_index=0, text=part["text"]),
+                   ev("response.content_part.done", **where, content_index=0, part=part)]
         elif kind == "function_call":
-            out.append(ev("response.output_item.added", output_index=index,
-                          item={**item, "status": "in_progress", "arguments": ""}))
-            out += [ev("response.function_call_arguments.delta", **where, delta=c)
-                    for c in oc.chunks(item["arguments"], size)]
-            out.append(ev("response.function_call_arguments.done", **where, name=item["name"],
-                          arguments=item["arguments"]))
+            out = [ev("response.function_call_arguments.done", **where, name=item["name"],
+                      arguments=item["arguments"])]
         else:  # custom_tool_call
-            out.append(ev("response.output_item.added", output_index=index,
-                          item={**item, "status": "in_progress", "input": ""}))
-            out += [ev("response.custom_tool_call_input.delta", **where, delta=c)
-                    for c in oc.chunks(item["input"], size)]
-            out.append(ev("response.custom_tool_call_input.done", **where, input=item["input"]))
-        out.append(ev("response.output_item.done", output_index=index, item=item))
-        return out
+            out = [ev("response.custom_tool_call_input.done", **where, input=item["input"])]
+        return out + [ev("response.output_item.done", output_index=index, item=item)]
+
+    def _item_events(self, index: int, item: dict[str, Any], size: int) -> list[tuple[str, dict[str, Any]]]:
+        if item["type"] in ("message", "reasoning"):
+            whole = item["content"][0]["text"]
+        else:
+            whole = item["input"] if item["type"] == "custom_tool_call" else item["arguments"]
+        return (self._opening(index, item) + self._deltas(index, item["type"], item["id"], oc.chunks(whole, size))
+                + self._closing(index, item))
