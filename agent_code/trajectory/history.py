@@ -72,13 +72,17 @@ def prefix_keys(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
     return _key_chain(messages, tools)[1:]
 
 
-def conversation_key(turn: TurnRecord, messages_key: bytes | None = None) -> bytes:
+def conversation_key(turn: TurnRecord, messages_key: bytes | None = None, tool_schemas: Any = None) -> bytes:
     """The key of the turn's prompt messages followed by its reply. ``messages_key``, the
     key of ``turn.messages`` under ``turn.tools`` when the caller already has it (a
-    :class:`PromptPlan` does), saves hashing the whole history again."""
+    :class:`PromptPlan` does), saves hashing the whole history again; ``tool_schemas``,
+    ``echo.schemas(turn.tools)`` when the caller has them."""
     if messages_key is None:
         messages_key = _key_chain(turn.messages, turn.tools)[-1]
-    reply = echo.echo_form(turn.reply, echo.schemas(turn.tools)) if turn.reply.get("tool_calls") else turn.reply
+    if turn.reply.get("tool_calls"):
+        reply = echo.echo_form(turn.reply, echo.schemas(turn.tools) if tool_schemas is None else tool_schemas)
+    else:
+        reply = turn.reply
     return _digest(messages_key, reply)
 
 
@@ -123,7 +127,7 @@ class SessionHistory:
         turn whose messages share its parent's (``Gateway.commit``): the position of the
         parent's reply in ``turn.messages`` and the message the request showed there, kept
         where the client rewrote the reply (with the parent's own such rewrites)."""
-        key = conversation_key(turn, messages_key)
+        key = conversation_key(turn, messages_key, self._tools_facts(turn.tools)[1])
         self.by_key[key] = turn.index
         self.key_of[turn.index] = key
         self.echoes.pop(turn.index, None)
