@@ -358,3 +358,28 @@ def test_openai_responses_reasoning_streams_and_equals_the_json_reply(tmp_path):
                                                                                  "function_call"]
     assert kinds.count("response.reasoning_text.delta") > 3 and kinds.count("response.output_text.delta") > 3
     assert kinds.index("response.output_text.delta") > kinds.index("response.reasoning_text.done")
+
+
+@pytest.mark.parametrize("which", ["qwen2.5", "qwen3"])
+def test_gateway_certain_is_a_prefix_at_every_token_boundary(which):
+    """The decode layer too: partial ids (an incomplete UTF-8 character, an end-of-turn token,
+    a stop string) never make the certain part stray from the final parse."""
+    from agent_code.engines.base import Generation
+    from agent_code.protocols.canonical import ChatRequest, SamplingParams
+
+    renderer = qwen25_renderer() if which == "qwen2.5" else qwen3_renderer()
+    gw = Gateway(None, renderer)
+    rng = random.Random(which)
+    for _ in range(150):
+        body = random_completion(rng) + rng.choice(["", " 日本語 🙂 𝔘𝔫𝔦 🪿ꙮ", "é\n"])
+        tools = rng.choice([DECLARED, None])
+        request = ChatRequest(messages=[{"role": "user", "content": "go"}], tools=tools, sampling=SamplingParams())
+        stops = rng.choice([[], ["STOP"]])
+        ids = list(renderer.encode(body + ("STOP" if stops else ""))) + list(renderer.end_of_turn_ids)
+        sampling = SamplingParams(stop=stops)
+        final, _ = gw.parse(Generation(ids, [0.0] * len(ids), "stop"), sampling, request)
+        want = Progress(final.reasoning or "", True, final.text)
+        for k in range(len(ids) + 1):
+            now = gw.certain(ids[:k], sampling, request)
+            assert want.reasoning.startswith(now.reasoning) and want.text.startswith(now.text), (body, k, now)
+            assert not now.reasoning_done or now.reasoning == want.reasoning
