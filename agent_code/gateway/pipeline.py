@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from agent_code.engines.base import Engine, Generation, stream_generation
+from agent_code.engines.base import Engine, EngineError, Generation, stream_generation
 from agent_code.gateway.grammar import tool_call_grammar
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
@@ -188,7 +188,7 @@ class Gateway:
             if now >= next_read:
                 progress(self.certain(ids, turn.sampling, turn.request))
                 next_read = now + 4 * (time.perf_counter() - now)
-        raise RuntimeError(f"the engine {self.engine.name!r} ended its stream without a Generation")
+        raise EngineError(f"the engine {self.engine.name!r} ended its stream without a Generation")
 
     def certain(self, ids: Sequence[int], sampling: SamplingParams, request: ChatRequest) -> Progress:
         """What of the reply the partial output ``ids`` already settles (see :meth:`parse`)."""
