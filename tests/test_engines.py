@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent_code.engines import ENGINE_SPECS, create_engine
-from agent_code.engines.base import Engine, EngineError
+from agent_code.engines.base import Engine, EngineError, Generation, Piece
 from agent_code.engines.scripted import ScriptedEngine, ScriptError, default_logprob
 from agent_code.engines.sglang import SGLangEngine
 from agent_code.engines.vllm import VLLMEngine
@@ -290,6 +290,178 @@ def test_vllm_cancellation_disconnects():
         while not fake.cancelled and time.monotonic() < deadline:
             time.sleep(0.02)
     assert fake.disconnected == ["cmpl-1"] and fake.cancelled == ["cmpl-1"] and not fake.running
+
+
+# ----------------------------------------------------------------------------- streams (fake servers)
+
+async def collect(stream) -> tuple[list, object]:
+    """A stream's pieces and its final Generation (checked to be the last item, and the only one)."""
+    items = [item async for item in stream]
+    *pieces, final = items
+    assert all(isinstance(p, Piece) for p in pieces) and isinstance(final, Generation)
+    return pieces, final
+
+
+def joined(pieces) -> tuple[list[int], list[float]]:
+    return [i for p in pieces for i in p.output_ids], [lp for p in pieces for lp in p.logprobs]
+
+
+STREAM_CASES = [  # (sampling, what it checks)
+    SamplingParams(max_new_tokens=50, temperature=0.7, seed=3),    # ends with eos
+    SamplingParams(max_new_tokens=5),                               # length
+]
+
+
+@pytest.mark.parametrize("mode", ["cumulative", "incremental"])
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_sglang_stream_is_the_generation_piece_by_piece(mode, with_ids):
+    prompt = [5, 6, 7]
+    plan = FakeModel().plan(prompt)
+    with FakeSGLang(stream_mode=mode, include_output_ids=with_ids) as fake:
+        engine = SGLangEngine(fake.url)
+
+        async def go():
+            try:
+                out = []
+                for sampling in STREAM_CASES + [SamplingParams(stop=[f"w{plan[2]} "])]:
+                    out.append((await collect(engine.stream(prompt, sampling, session_id="s")),
+                                await engine.generate(prompt, sampling, session_id="s")))
+                return out
+            finally:
+                await engine.close()
+
+        results = run(go())
+    for (pieces, streamed), whole in results:
+        assert len(pieces) == len(whole.output_ids) > 1               # one piece per token, as sent
+        assert joined(pieces) == (streamed.output_ids, streamed.logprobs)
+        assert (streamed.output_ids, streamed.logprobs, streamed.finish_reason, streamed.prompt_tokens) == \
+            (whole.output_ids, whole.logprobs, whole.finish_reason, whole.prompt_tokens)
+        assert streamed.meta["rid"].startswith("s_t") and streamed.meta.get("stop") == whole.meta.get("stop")
+    assert results[0][0][1].output_ids == plan and results[2][0][1].meta["stop"] == f"w{plan[2]} "
+    streamed_bodies = [r["body"] for r in fake.requests if r["body"].get("stream")]
+    assert len(streamed_bodies) == 3 and fake.requests[0]["headers"]["x-smg-routing-key"] == "s"
+
+
+def test_sglang_stream_errors_are_engine_errors():
+    with FakeSGLang(context_length=100) as fake:
+        engine = SGLangEngine(fake.url)
+        good = {"meta_info": {"finish_reason": None, "completion_tokens": 2, "output_token_logprobs": [[-0.5, 7, None], [-0.1, 8, None]]},
+                "output_ids": [7, 8]}
+
+        def raw(*events: object) -> bytes:
+            return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+        async def go():
+            try:
+                with pytest.raises(EngineError, match="maximum context length of 100"):
+                    await collect(engine.stream([1] * 99, SamplingParams(max_new_tokens=10)))
+                fake.error_next = (503, {"error": {"message": "overloaded"}})
+                with pytest.raises(EngineError, match="HTTP 503: overloaded"):
+                    await collect(engine.stream([1], SamplingParams()))
+                bad = [
+                    (raw(good, b"[DONE]"), "ended before the reply finished"),
+                    (raw(b"{not json"), "malformed stream event"),
+                    (raw(good, {**good, "output_ids": [9, 9], "meta_info": {**good["meta_info"], "completion_tokens": 2}}),
+                     "malformed stream event"),                      # a cumulative event that rewrites the past
+                    (raw({**good, "meta_info": {**good["meta_info"], "completion_tokens": 5}}), "malformed stream event"),
+                    (raw({**good, "meta_info": {**good["meta_info"], "output_token_logprobs": []}}),
+                     "malformed stream event"),                      # ids without logprobs
+                    (raw({**good, "output_ids": [7, -1]}), "malformed stream event"),
+                    (raw({**good, "meta_info": {**good["meta_info"], "finish_reason": {"type": "abort", "message": "oom"}}}),
+                     "aborted the request: oom"),
+                ]
+                for body, message in bad:
+                    fake.raw_next = (200, body)
+                    with pytest.raises(EngineError, match=message):
+                        await collect(engine.stream([1], SamplingParams()))
+            finally:
+                await engine.close()
+
+        run(go())
+
+
+def test_sglang_closing_a_stream_aborts_the_request():
+    with FakeSGLang(model=FakeModel(reply_len=10_000), token_delay=0.01, context_length=32768) as fake:
+        engine = SGLangEngine(fake.url)
+
+        async def go():
+            stream = engine.stream([1, 2], SamplingParams(max_new_tokens=5000), session_id="c")
+            got = [await stream.__anext__() for _ in range(3)]
+            await stream.aclose()
+            aborted = list(fake.aborted)
+            await engine.close()
+            return got, aborted
+
+        got, aborted = run(go())
+        deadline = time.monotonic() + 5
+        while "c_t1" not in fake.cancelled and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert all(isinstance(p, Piece) for p in got) and aborted == ["c_t1"]   # sent before aclose returned
+    assert "c_t1" in fake.cancelled and not fake.running
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_vllm_stream_is_the_generation_piece_by_piece(with_ids):
+    prompt = [11, 12, 13, 14]
+    plan = FakeModel().plan(prompt)
+    with FakeVLLM(include_token_ids=with_ids) as fake:
+        engine = VLLMEngine(fake.url)
+
+        async def go():
+            try:
+                out = []
+                for sampling in STREAM_CASES + [SamplingParams(stop=[f"w{plan[1]} "])]:
+                    out.append((await collect(engine.stream(prompt, sampling, session_id="v")),
+                                await engine.generate(prompt, sampling)))
+                return out
+            finally:
+                await engine.close()
+
+        results = run(go())
+    for (pieces, streamed), whole in results:
+        assert len(pieces) == len(whole.output_ids) > 1
+        assert joined(pieces) == (streamed.output_ids, streamed.logprobs)
+        assert (streamed.output_ids, streamed.logprobs, streamed.finish_reason, streamed.prompt_tokens) == \
+            (whole.output_ids, whole.logprobs, whole.finish_reason, whole.prompt_tokens)
+        assert streamed.meta.get("stop") == whole.meta.get("stop")
+    assert results[0][0][1].output_ids == plan and results[0][0][1].meta["cached_tokens"] == 0
+    body = fake.requests[1]["body"]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert fake.requests[1]["headers"]["x-session-id"] == "v"
+
+
+def test_vllm_stream_errors_and_disconnect():
+    with FakeVLLM(model=FakeModel(reply_len=10_000), token_delay=0.01, max_model_len=32768) as fake:
+        engine = VLLMEngine(fake.url)
+
+        async def go():
+            try:
+                fake.raw_next = (200, b'data: {"error": {"message": "CUDA out of memory", "code": 500}}\n\ndata: [DONE]\n\n')
+                with pytest.raises(EngineError, match="vLLM failed: CUDA out of memory"):
+                    await collect(engine.stream([1], SamplingParams()))
+                fake.raw_next = (200, b'data: {"choices": [{"logprobs": {"tokens": ["token_id:5"], '
+                                      b'"token_logprobs": [-1.0]}, "finish_reason": null}]}\n\ndata: [DONE]\n\n')
+                with pytest.raises(EngineError, match="ended before the reply finished"):
+                    await collect(engine.stream([1], SamplingParams()))
+                fake.raw_next = (200, b'data: {"choices": [{"logprobs": {"tokens": ["five"], '
+                                      b'"token_logprobs": [-1.0]}, "finish_reason": "stop"}]}\n\n')
+                with pytest.raises(EngineError, match="malformed stream chunk"):
+                    await collect(engine.stream([1], SamplingParams()))
+                with pytest.raises(EngineError, match="maximum context length is 32768"):
+                    await collect(engine.stream([1] * 30000, SamplingParams(max_new_tokens=5000)))
+                stream = engine.stream([1, 2], SamplingParams(max_new_tokens=5000))
+                got = [await stream.__anext__() for _ in range(3)]
+                await stream.aclose()
+                return got
+            finally:
+                await engine.close()
+
+        got = run(go())
+        deadline = time.monotonic() + 5
+        while not fake.cancelled and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert all(isinstance(p, Piece) for p in got)
+    assert fake.disconnected == fake.cancelled == ["cmpl-1"] and not fake.running
 
 
 # ----------------------------------------------------------------------------- llama.cpp (real model)

@@ -383,3 +383,31 @@ def test_gateway_certain_is_a_prefix_at_every_token_boundary(which):
             now = gw.certain(ids[:k], sampling, request)
             assert want.reasoning.startswith(now.reasoning) and want.text.startswith(now.text), (body, k, now)
             assert not now.reasoning_done or now.reasoning == want.reasoning
+
+
+@pytest.mark.parametrize("kind,endpoint", [("sglang", "anthropic"), ("vllm", "chat")])
+def test_http_engines_stream_through_the_gateway(kind, endpoint):
+    """SGLang and vLLM (local fakes of their HTTP streams) hand tokens over as they come: the
+    first text delta arrives early, and the recorded turn holds every sampled id with its logprob."""
+    from agent_code.engines.sglang import SGLangEngine
+    from agent_code.engines.vllm import VLLMEngine
+    from fakes.sglang_server import FakeModel, FakeSGLang
+    from fakes.vllm_server import FakeVLLM
+
+    renderer = qwen25_renderer()
+    model = FakeModel(eos_id=renderer.end_of_turn_ids[0], decode=renderer.decode)
+    reply = renderer.encode(CALL_TEXT) + [model.eos_id]
+    model.replies.append(reply)
+    fake_cls, engine_cls = (FakeSGLang, SGLangEngine) if kind == "sglang" else (FakeVLLM, VLLMEngine)
+    path, body, is_text = ENDPOINTS[endpoint]
+    with fake_cls(model=model, token_delay=0.01, **({"context_length": 32768} if kind == "sglang"
+                                                      else {"max_model_len": 32768})) as fake:
+        gateway = Gateway(engine_cls(fake.url), renderer)
+        with BackgroundServer(create_app(gateway)) as server:
+            timeline = _sse_timeline(server.url, path, body(), "http-1")
+        [turn] = gateway.store.get("http-1").turns
+    total = timeline[-1][0]
+    assert total > 0.5 and _first_content(timeline, is_text) < 0.25 * total
+    assert list(turn.output_ids) == reply
+    assert list(turn.logprobs) == pytest.approx([FakeModel.logprob(k, t) for k, t in enumerate(reply)], rel=1e-6)
+    assert turn.reply["tool_calls"][0]["function"]["name"] == "echo"

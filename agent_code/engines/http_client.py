@@ -1,10 +1,12 @@
 """What the HTTP engines (SGLang, vLLM) share: one httpx client per event loop, turning an
-error response into one readable line, and checking the token ids an engine sent back."""
+error response into one readable line, reading a streamed reply's events, checking the token ids
+an engine sent back."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import json
+from typing import Any, AsyncIterator
 
 import httpx
 
@@ -48,6 +50,31 @@ def error_text(response: httpx.Response) -> str:
             return str(err.get("message") or err)
         return str(err or data.get("message") or data.get("detail") or data)[:500]
     return str(data)[:500]
+
+
+async def sse_json(response: httpx.Response) -> AsyncIterator[Any]:
+    """The decoded JSON of each ``data:`` line of a server-sent-events reply, up to ``[DONE]``
+    (raises ValueError on a line that is not JSON)."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue                     # blank separators, comments, event names
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+
+
+def new_part(chunk: list, held: list, total: Any, what: str) -> list:
+    """What a streamed event adds to ``held``: servers send either everything so far or only
+    what is new; ``total``, the count so far the event reports, tells which (raises ValueError
+    when neither fits, or when a cumulative event rewrites what was already received)."""
+    if not isinstance(total, int) or isinstance(total, bool):
+        raise TypeError(f"the event's token count {total!r} is not an integer")
+    if len(chunk) == total and chunk[:len(held)] == held:
+        return chunk[len(held):]
+    if len(held) + len(chunk) == total:
+        return chunk
+    raise ValueError(f"an event with {len(chunk)} {what} after {len(held)} does not make {total}")
 
 
 MAX_TOKEN_ID = 2**31 - 1

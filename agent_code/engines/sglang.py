@@ -19,6 +19,13 @@ string (the text is trimmed, not the ids) — the same semantics as the other en
 ``finish_reason`` of type ``abort`` that we did not ask for (e.g. the prompt is longer than the
 context) raises :class:`EngineError` with SGLang's message.
 
+Streaming (``stream``): the same request with ``"stream": true`` answers server-sent events, one
+``data: {...}`` per decode step and ``data: [DONE]``; each event has ``meta_info.completion_tokens``
+(the count so far) and ``finish_reason`` (null until the last). SGLang sends ``output_ids`` and
+``output_token_logprobs`` either cumulative (its default) or only the new ones
+(``--incremental-streaming-output``); the count tells which. An error (e.g. the prompt is too long)
+comes as a ``data: {"error": {"message"}}`` event.
+
 Cancellation: the awaiting task's cancellation closes the HTTP request and sends
 ``POST /abort_request {"rid": rid}`` (shielded, bounded by ``abort_timeout``) before
 ``CancelledError`` propagates, so the scheduler frees the request at its next step instead of
@@ -39,12 +46,12 @@ import itertools
 import json
 import re
 import uuid
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
-from agent_code.engines.http_client import LoopClient, error_text, token_ids
-from agent_code.engines.base import EngineError, Generation
+from agent_code.engines.base import EngineError, Generation, Piece
+from agent_code.engines.http_client import LoopClient, error_text, new_part, sse_json, token_ids
 from agent_code.protocols.canonical import SamplingParams
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
@@ -103,6 +110,68 @@ class SGLangEngine:
         except httpx.HTTPError as exc:
             raise EngineError(f"SGLang at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         return self._parse(response, len(prompt_ids), rid)
+
+    def stream(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+               session_id: str | None = None) -> AsyncIterator[Piece | Generation]:
+        return self._stream(prompt_ids, sampling, session_id)
+
+    async def _stream(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                      session_id: str | None) -> AsyncIterator[Piece | Generation]:
+        rid = self.new_rid(session_id)
+        body = {**self.request_body(prompt_ids, sampling, rid), "stream": True}
+        headers = {self.routing_header: session_id} if session_id and self.routing_header else {}
+        client = self._http()
+        ids: list[int] = []
+        logprobs: list[float] = []
+        last: dict[str, Any] | None = None
+        try:
+            async with client.stream("POST", "/generate", json=body, headers=headers) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {error_text(response)}")
+                async for event in sse_json(response):
+                    new_ids, new_logprobs, meta = self._event(event, ids, logprobs)
+                    ids += new_ids
+                    logprobs += new_logprobs
+                    if new_ids:
+                        yield Piece(new_ids, new_logprobs)
+                    if meta.get("finish_reason") is not None:
+                        last = meta
+                        break
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._abort(client, rid)
+            raise
+        except httpx.HTTPError as exc:
+            raise EngineError(f"SGLang at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
+            raise EngineError(f"SGLang sent a malformed stream event: {type(exc).__name__}: {str(exc)[:300]}") from exc
+        if last is None:
+            raise EngineError("SGLang's stream ended before the reply finished")
+        triples = [[lp, i, None] for lp, i in zip(logprobs, ids)]
+        try:
+            yield self._generation({"output_ids": ids, "meta_info": {**last, "output_token_logprobs": triples}},
+                                   len(prompt_ids), rid)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EngineError(f"SGLang's last stream event is malformed: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _event(event: Any, ids: list[int], logprobs: list[float]) -> tuple[list[int], list[float], dict[str, Any]]:
+        """The ids and logprobs a streamed event adds, and its ``meta_info``."""
+        if isinstance(event, dict) and "error" in event:
+            error = event["error"]
+            raise EngineError(f"SGLang failed: {error.get('message') if isinstance(error, dict) else error}")
+        meta = event["meta_info"]
+        triples = meta.get("output_token_logprobs") or []
+        chunk_logprobs = [float(t[0]) for t in triples]
+        chunk_ids = event.get("output_ids")
+        chunk_ids = token_ids(chunk_ids if chunk_ids is not None else [t[1] for t in triples])
+        total = meta["completion_tokens"]
+        new_ids = new_part(chunk_ids, ids, total, "output ids")
+        new_logprobs = new_part(chunk_logprobs, logprobs, total, "logprobs")
+        if len(new_ids) != len(new_logprobs):
+            raise EngineError(f"SGLang streamed {len(new_ids)} output ids but {len(new_logprobs)} logprobs "
+                              "(is return_logprob supported by this server?)")
+        return new_ids, new_logprobs, meta
 
     async def _abort(self, client: httpx.AsyncClient, rid: str) -> None:
         """Tell SGLang to drop ``rid`` — shielded, so a cancelled caller still sends it."""

@@ -18,6 +18,12 @@ agree when present.
 (a JSON schema) is sent as ``structured_outputs: {"json": schema}`` (vLLM >= 0.11) or, with
 ``legacy_guided=True``, as ``guided_json``.
 
+Streaming (``stream``): the same request with ``"stream": true`` and
+``stream_options: {"include_usage": true}`` answers server-sent events: one chunk per step with
+only the new tokens' ``logprobs`` (and ``token_ids``), ``finish_reason``/``stop_reason`` on the
+last content chunk, then a chunk with no choices and the ``usage``, then ``data: [DONE]``. An error
+after the stream began comes as a ``data: {"error": {...}}`` event.
+
 Cancellation closes the HTTP request; vLLM's server aborts a request whose client
 disconnected (its API handlers are wrapped to cancel on disconnect), freeing the sequence.
 
@@ -28,12 +34,12 @@ production-stack router hashes on with ``--routing-logic session --session-key X
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
-from agent_code.engines.http_client import LoopClient, error_text, token_ids
-from agent_code.engines.base import EngineError, Generation
+from agent_code.engines.base import EngineError, Generation, Piece
+from agent_code.engines.http_client import LoopClient, error_text, sse_json, token_ids
 from agent_code.protocols.canonical import SamplingParams
 
 SESSION_HEADER = "X-Session-ID"
@@ -108,6 +114,62 @@ class VLLMEngine:
         except httpx.HTTPError as exc:
             raise EngineError(f"vLLM at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         return self._parse(response, len(prompt_ids))
+
+    def stream(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
+               session_id: str | None = None) -> AsyncIterator[Piece | Generation]:
+        return self._stream(prompt_ids, sampling, session_id)
+
+    async def _stream(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                      session_id: str | None) -> AsyncIterator[Piece | Generation]:
+        client = self._http()
+        model = await self._model(client)
+        body = {**self.request_body(prompt_ids, sampling, model), "stream": True,
+                "stream_options": {"include_usage": True}}
+        headers = {self.session_header: session_id} if session_id and self.session_header else {}
+        ids: list[int] = []
+        logprobs: list[float] = []
+        direct: list[int] | None = None
+        last: dict[str, Any] | None = None      # the choice that finished
+        usage: dict[str, Any] = {}
+        try:
+            # closing the stream (cancellation, an early close) disconnects: vLLM aborts the request
+            async with client.stream("POST", "/v1/completions", json=body, headers=headers) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: "
+                                      f"{error_text(response)}")
+                async for event in sse_json(response):
+                    if isinstance(event, dict) and "error" in event:
+                        error = event["error"]
+                        raise EngineError(f"vLLM failed: {error.get('message') if isinstance(error, dict) else error}")
+                    usage = event.get("usage") or usage
+                    for choice in event.get("choices") or []:
+                        lp = choice.get("logprobs") or {}
+                        new_ids = token_ids([_token_id(t) for t in lp.get("tokens") or []])
+                        new_logprobs = [float(x) if x is not None else float("nan")
+                                        for x in lp.get("token_logprobs") or []]
+                        if len(new_ids) != len(new_logprobs):
+                            raise EngineError(f"vLLM streamed {len(new_ids)} tokens but {len(new_logprobs)} logprobs")
+                        if choice.get("token_ids") is not None:
+                            direct = (direct or []) + token_ids(choice["token_ids"])
+                        ids += new_ids
+                        logprobs += new_logprobs
+                        if new_ids:
+                            yield Piece(new_ids, new_logprobs)
+                        if choice.get("finish_reason") is not None:
+                            last = choice
+        except httpx.HTTPError as exc:
+            raise EngineError(f"vLLM at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
+            raise EngineError(f"vLLM sent a malformed stream chunk: {type(exc).__name__}: {str(exc)[:300]}") from exc
+        if last is None:
+            raise EngineError("vLLM's stream ended before the reply finished")
+        whole = {"finish_reason": last["finish_reason"], "stop_reason": last.get("stop_reason"), "token_ids": direct,
+                 "logprobs": {"tokens": ids, "token_logprobs": logprobs}}
+        try:
+            yield self._generation({"choices": [whole], "usage": usage}, len(prompt_ids))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EngineError(f"vLLM's last stream chunk is malformed: {type(exc).__name__}: {exc}") from exc
 
     def _parse(self, response: httpx.Response, n_prompt: int) -> Generation:
         if response.status_code != 200:

@@ -9,7 +9,9 @@ would emit (ending with ``eos_id``), ``FakeModel.logprob`` gives each one's logp
 can queue exact replies in ``fake.model.replies``. The server honours ``max_new_tokens``, stop
 strings (on ``model.decode`` text; the ids run through the token completing the stop string, the
 text is trimmed), ``stop_token_ids``, ``ignore_eos``, the context length, aborts (by ``rid``) and
-client disconnects, emitting one token every ``token_delay`` seconds. Everything received is
+client disconnects, emitting one token every ``token_delay`` seconds. With ``"stream": true`` it
+answers SGLang's event stream (one ``data:`` event per token, cumulative or incremental by
+``stream_mode``, then ``data: [DONE]``; a too-long prompt as an error event). Everything received is
 recorded in ``requests``; ``aborted`` lists the rids it was asked to abort, ``cancelled`` the rids
 whose generation actually stopped early (abort or disconnect), ``disconnected`` the rids whose
 client went away.
@@ -22,11 +24,12 @@ truncated JSON, wrong shapes). :mod:`fakes.process` runs a fake in a child proce
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import uvicorn
 from starlette.applications import Starlette
@@ -85,41 +88,90 @@ class FakeModel:
         return -round(((token_id * 7 + k) % 97 + 1) / 50, 4)
 
 
-async def _emit(model: FakeModel, prompt: list[int], max_new: int, stops: list[str], stop_ids: set[int],
-                ignore_eos: bool, delay: float, should_stop: Callable[[], Any]) -> dict[str, Any]:
-    """Run the toy model: what a generation produced and why it ended."""
+async def _steps(model: FakeModel, prompt: list[int], max_new: int, stops: list[str], stop_ids: set[int],
+                 ignore_eos: bool, delay: float, should_stop: Callable[[], Any]
+                 ) -> AsyncIterator[tuple[list[int], dict[str, Any] | None]]:
+    """Run the toy model one token at a time: yields (the ids so far, None) after each token and
+    (the ids, why it ended) last (an abort ends it without a new token)."""
     plan = model.plan(prompt)
     out: list[int] = []
-    finish: dict[str, Any] = {"type": "length", "length": max_new}
     for k in range(max_new):
-        if k >= len(plan):  # the plan ran out without eos: keep emitting a filler token
-            token = 4
-        else:
-            token = plan[k]
+        token = plan[k] if k < len(plan) else 4   # the plan ran out without eos: a filler token
         if delay:
             await asyncio.sleep(delay)
         reason = await should_stop()
         if reason:
-            finish = {"type": "abort", "message": reason}
-            break
+            yield out, {"type": "abort", "message": reason}
+            return
         out.append(token)
         if (token == model.eos_id and not ignore_eos) or token in stop_ids:
-            finish = {"type": "stop", "matched": token}
-            break
+            yield out, {"type": "stop", "matched": token}
+            return
         if stops:
             text = model.decode(out)
             hit = next((s for s in stops if s in text), None)
             if hit is not None:
-                finish = {"type": "stop", "matched": hit}
-                break
-    return {"ids": out, "finish": finish}
+                yield out, {"type": "stop", "matched": hit}
+                return
+        if k == max_new - 1:
+            yield out, {"type": "length", "length": max_new}
+            return
+        yield out, None
+    yield out, {"type": "length", "length": max_new}
+
+
+async def _emit(model: FakeModel, prompt: list[int], max_new: int, stops: list[str], stop_ids: set[int],
+                ignore_eos: bool, delay: float, should_stop: Callable[[], Any]) -> dict[str, Any]:
+    """Run the toy model: what a generation produced and why it ended."""
+    async for out, finish in _steps(model, prompt, max_new, stops, stop_ids, ignore_eos, delay, should_stop):
+        if finish is not None:
+            return {"ids": out, "finish": finish}
+    raise AssertionError("the toy model ended without a finish")
+
+
+class EventStream:
+    """An ASGI response that sends ``data: ...`` events as ``events`` makes them, and notices a
+    client that goes away (``gone`` is set; its generator can check it between tokens)."""
+
+    def __init__(self, events: Callable[[asyncio.Event], AsyncIterator[bytes]]):
+        self.events = events
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        events = self.events(gone)
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+            async for chunk in events:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            gone.set()
+        finally:
+            watcher.cancel()
+            await events.aclose()
+
+
+def sse(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
 
 
 class FakeSGLang:
     def __init__(self, *, model: FakeModel | None = None, token_delay: float = 0.0,
                  context_length: int = 4096, include_output_ids: bool = True,
-                 model_path: str = "fake/sglang-model", port: int = 0):
+                 model_path: str = "fake/sglang-model", stream_mode: str = "cumulative", port: int = 0):
         self.model = model or FakeModel()
+        self.stream_mode = stream_mode   # "cumulative" (SGLang's default) or "incremental" (--incremental-streaming-output)
         self.token_delay = token_delay
         self.context_length = context_length
         self.include_output_ids = include_output_ids
@@ -186,6 +238,10 @@ class FakeSGLang:
         params = body.get("sampling_params") or {}
         max_new = params.get("max_new_tokens", 128)
         if len(prompt) + max_new > self.context_length:
+            if body.get("stream"):   # SGLang reports it inside the stream, as an error event
+                message = (f"Requested token count exceeds the model's maximum context length of "
+                           f"{self.context_length} tokens.")
+                return Response(sse({"error": {"message": message}}) + DONE, media_type="text/event-stream")
             return _error(400, f"Requested token count exceeds the model's maximum context length of "
                                f"{self.context_length} tokens. You requested a total of "
                                f"{len(prompt) + max_new} tokens: {len(prompt)} tokens from the input "
@@ -193,6 +249,8 @@ class FakeSGLang:
         rid = body.get("rid") or f"auto-{len(self.requests)}"
         flag = self._abort_flags[rid] = asyncio.Event()
         self.running.add(rid)
+        if body.get("stream"):
+            return EventStream(lambda gone: self._stream(body, prompt, params, rid, flag, gone))
 
         async def should_stop() -> str | None:
             if flag.is_set():
@@ -226,6 +284,45 @@ class FakeSGLang:
         if self.include_output_ids:
             payload["output_ids"] = ids
         return JSONResponse(payload)
+
+
+    async def _stream(self, body: dict[str, Any], prompt: list[int], params: dict[str, Any], rid: str,
+                      flag: asyncio.Event, gone: asyncio.Event) -> AsyncIterator[bytes]:
+        """SGLang's streamed ``/generate``: one event per token, ``output_ids``, the text and
+        ``output_token_logprobs`` cumulative or since the last event (``stream_mode``),
+        ``completion_tokens`` the count so far, ``finish_reason`` null until the last; then [DONE]."""
+        async def should_stop() -> str | None:
+            if flag.is_set():
+                return f"Abort request {rid}"
+            if gone.is_set():
+                self.disconnected.append(rid)
+                return "client disconnected"
+            return None
+
+        incremental, sent = self.stream_mode == "incremental", 0
+        try:
+            async for ids, finish in _steps(self.model, prompt, params.get("max_new_tokens", 128),
+                                            list(params.get("stop") or []), set(params.get("stop_token_ids") or []),
+                                            bool(params.get("ignore_eos")), self.token_delay, should_stop):
+                if finish is not None and finish["type"] == "abort":
+                    self.cancelled.append(rid)
+                    if gone.is_set():
+                        return
+                start = sent if incremental else 0
+                meta: dict[str, Any] = {"id": rid, "finish_reason": finish, "prompt_tokens": len(prompt),
+                                        "completion_tokens": len(ids), "cached_tokens": 0}
+                if body.get("return_logprob"):
+                    meta["output_token_logprobs"] = [[self.model.logprob(k, ids[k]), ids[k], None]
+                                                     for k in range(start, len(ids))]
+                payload: dict[str, Any] = {"text": self.model.decode(ids[start:]), "meta_info": meta}
+                if self.include_output_ids:
+                    payload["output_ids"] = ids[start:]
+                sent = len(ids)
+                yield sse(payload)
+            yield DONE
+        finally:
+            self.running.discard(rid)
+            self._abort_flags.pop(rid, None)
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -6,21 +6,23 @@ shapes: with ``logprobs: 1`` and ``return_tokens_as_token_ids: true`` the choice
 ``text_offset``; ``finish_reason`` is ``"stop"``/``"length"``, ``stop_reason`` the matched stop
 string or token id (``None`` for eos); ``return_token_ids: true`` adds ``token_ids``. Unknown
 models get vLLM's 404, bad prompts a 400. Like vLLM, a client that disconnects aborts its request
-(recorded in ``disconnected``/``cancelled``). The toy model, stop handling and request log are
+(recorded in ``disconnected``/``cancelled``). ``"stream": true`` gets vLLM's chunk stream
+(one token a chunk, the finish on the last, a usage chunk with ``stream_options.include_usage``). The toy model, stop handling and request log are
 those of :mod:`fakes.sglang_server`, and so are the failure modes ``error_next`` and ``raw_next``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+import asyncio
+from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .sglang_server import FakeModel, ThreadedASGIServer, _emit
+from .sglang_server import DONE, EventStream, FakeModel, ThreadedASGIServer, _emit, _steps, sse
 
 
 class FakeVLLM:
@@ -91,6 +93,8 @@ class FakeVLLM:
         self._n += 1
         request_id = f"cmpl-{self._n}"
         self.running.add(request_id)
+        if body.get("stream"):
+            return EventStream(lambda gone: self._stream(body, prompt, max_tokens, request_id, gone))
 
         async def should_stop() -> str | None:
             if await request.is_disconnected():
@@ -107,23 +111,36 @@ class FakeVLLM:
         ids, finish = result["ids"], result["finish"]
         if finish["type"] == "abort":
             self.cancelled.append(request_id)
-            finish_reason, stop_reason = "abort", None
+        choice = self._choice(body, ids, 0, finish)
+        return JSONResponse({
+            "id": request_id, "object": "text_completion", "created": int(time.time()),
+            "model": self.served_model, "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                      "total_tokens": len(prompt) + len(ids), "prompt_tokens_details": None},
+        })
+
+    def _choice(self, body: dict[str, Any], ids: list[int], start: int, finish: dict[str, Any] | None) -> dict[str, Any]:
+        """The choice for the tokens ``ids[start:]`` (all of them when not streaming)."""
+        if finish is None:
+            finish_reason = stop_reason = None
         elif finish["type"] == "stop":
             matched = finish.get("matched")
             finish_reason, stop_reason = "stop", (None if matched == self.model.eos_id else matched)
         else:
-            finish_reason, stop_reason = "length", None
-        text = self.model.decode(ids)
+            finish_reason, stop_reason = finish["type"], None
+        part = ids[start:]
+        text = self.model.decode(part)
         if isinstance(stop_reason, str) and not body.get("include_stop_str_in_output"):
-            text = text[:text.find(stop_reason)]
+            whole = self.model.decode(ids)
+            text = whole[len(self.model.decode(ids[:start])):whole.find(stop_reason)]
         choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish_reason,
                                   "stop_reason": stop_reason, "prompt_logprobs": None}
         if body.get("logprobs") is not None:
             as_ids = bool(body.get("return_tokens_as_token_ids"))
-            tokens = [f"token_id:{t}" if as_ids else self.model.decode([t]) for t in ids]
-            lps = [self.model.logprob(k, t) for k, t in enumerate(ids)]
-            offsets, pos = [], 0
-            for t in ids:
+            tokens = [f"token_id:{t}" if as_ids else self.model.decode([t]) for t in part]
+            lps = [self.model.logprob(start + k, t) for k, t in enumerate(part)]
+            offsets, pos = [], len(self.model.decode(ids[:start]))
+            for t in part:
                 offsets.append(pos)
                 pos += len(self.model.decode([t]))
             choice["logprobs"] = {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
@@ -131,13 +148,39 @@ class FakeVLLM:
         else:
             choice["logprobs"] = None
         if self.include_token_ids or body.get("return_token_ids"):
-            choice["token_ids"] = ids
-        return JSONResponse({
-            "id": request_id, "object": "text_completion", "created": int(time.time()),
-            "model": self.served_model, "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
-                      "total_tokens": len(prompt) + len(ids), "prompt_tokens_details": None},
-        })
+            choice["token_ids"] = part
+        return choice
+
+    async def _stream(self, body: dict[str, Any], prompt: list[int], max_tokens: int, request_id: str,
+                      gone: asyncio.Event) -> AsyncIterator[bytes]:
+        """vLLM's streamed completion: one chunk per token with that token's text, logprobs and
+        ``token_ids``; the last content chunk carries ``finish_reason``/``stop_reason``; with
+        ``stream_options.include_usage`` a final chunk with no choices and the usage; then [DONE]."""
+        async def should_stop() -> str | None:
+            if gone.is_set():
+                self.disconnected.append(request_id)
+                return "client disconnected"
+            return None
+
+        head = {"id": request_id, "object": "text_completion", "created": int(time.time()),
+                "model": self.served_model}
+        sent = 0
+        try:
+            async for ids, finish in _steps(self.model, prompt, max_tokens, list(body.get("stop") or []),
+                                            set(body.get("stop_token_ids") or []), bool(body.get("ignore_eos")),
+                                            self.token_delay, should_stop):
+                if finish is not None and finish["type"] == "abort":
+                    self.cancelled.append(request_id)
+                    return
+                yield sse({**head, "choices": [self._choice(body, ids, sent, finish)], "usage": None})
+                sent = len(ids)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield sse({**head, "choices": [], "usage": {
+                    "prompt_tokens": len(prompt), "completion_tokens": sent, "total_tokens": len(prompt) + sent,
+                    "prompt_tokens_details": {"cached_tokens": 0}}})
+            yield DONE
+        finally:
+            self.running.discard(request_id)
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
