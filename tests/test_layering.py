@@ -21,12 +21,13 @@ higher one:
  8    policy                                        shell analysis, rules, deny list, decision
  9    providers                                     model providers (local: the gateway)
 10    agent                                         the loop and what it owns, settings loading
-11    sandbox                                       where a rollout's agent runs
-12    tasks                                         tasks, workspaces, grading
-13    harness                                       one CLI agent in a sandbox
-14    rollout                                       rollouts, export, the inspect HTML page
-15    cli                                           the command line
-16    demo, __main__                                demos and the entry point
+11    worktree                                      git worktrees for parallel sessions
+12    sandbox                                       where a rollout's agent runs
+13    tasks                                         tasks, workspaces, grading
+14    harness                                       one CLI agent in a sandbox
+15    rollout                                       rollouts, export, the inspect HTML page
+16    cli                                           the command line
+17    demo, __main__                                demos and the entry point
 ====  ===========================================  ==========================================
 
 Two chains meet at the CLI — the agent's (tools → policy → providers → agent) and the
@@ -59,6 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("policy",),
     ("providers",),
     ("agent",),
+    ("worktree",),
     ("sandbox",),
     ("tasks",),
     ("harness",),

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "rollout": "agent_code.cli.rollout:main",
     "permissions": "agent_code.cli.permissions:main",
     "settings": "agent_code.cli.settings:main",
+    "worktree": "agent_code.cli.worktree:main",
 }
 # name -> what it does, for ``agent-code --help`` (every dispatched sub-command has a line)
 SUBCOMMAND_SUMMARIES: dict[str, str] = {
@@ -30,6 +31,7 @@ SUBCOMMAND_SUMMARIES: dict[str, str] = {
     "rollout": "run a CLI agent on tasks in sandboxes; grade; export samples",
     "permissions": "check -- COMMAND: allow, ask or deny, and the rule that decided it",
     "settings": "settings files changed since you accepted them; accept them",
+    "worktree": "list or remove the git worktrees of --worktree NAME",
 }
 
 

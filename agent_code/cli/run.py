@@ -60,6 +60,9 @@ def run(
     print_mode: bool = typer.Option(False, "--print", "-p",
                                     help="Headless: print only the final answer (reads the prompt from stdin if none)."),
     cwd: Path = typer.Option(Path("."), "--cwd", "-C", help="Project directory; file tools cannot leave it."),
+    worktree: Optional[str] = typer.Option(None, "--worktree", "-w", metavar="NAME",
+                                           help="Run in the git worktree .agent/worktrees/NAME of the project's "
+                                                "repository, on branch agent/NAME (created the first time)."),
     provider: ProviderName = typer.Option(ProviderName.anthropic, "--provider", help="Model provider."),
     local: bool = typer.Option(False, "--local",
                                help="Same as --provider local: start the gateway in process on a local engine."),
@@ -122,6 +125,17 @@ def run(
         fail("the prompt is empty", code=2)
     if continue_session and resume is not None:
         fail("use either -c/--continue or --resume ID, not both", code=2)
+    if worktree is not None:  # the session's project is the worktree (agent_code/worktree.py)
+        from agent_code.worktree import WorktreeError, ensure
+
+        try:
+            tree = ensure(root, worktree)
+        except WorktreeError as exc:
+            fail(f"--worktree {worktree}: {exc}")
+        root = tree.path
+        if not print_mode and fmt == "text":
+            print(f"agent-code: worktree {tree.name}: {root} on branch {tree.branch or '(detached HEAD)'} "
+                  f"({'created' if tree.created else 'reused'})", file=sys.stderr)
     resumed = resumed_path = None
     if continue_session or resume is not None:
         try:
@@ -168,6 +182,7 @@ def run(
                      "session_id": session.id if session is not None else None,
                      "resumed": resumed is not None, "messages": len(agent.messages),
                      "memory": [f.source for f in memory_files], "context_window": context_window,
+                     **({"worktree": worktree} if worktree is not None else {}),
                      "version": __version__})
     for note in resumed.notes if resumed is not None else []:
         print(f"agent-code: note: session {resumed.id}: {note}", file=sys.stderr)

@@ -190,9 +190,11 @@ class Places:
             (home_path / ".config" / "git", GIT_XDG_WHAT),
         ]
         gitdir = _gitdir_of(root_path / ".git")
-        if gitdir is not None:
-            places.append((gitdir, PROTECTED_NAMES[".git"]))
-        hooks = _hooks_path(root_path, gitdir or root_path / ".git", home_path)
+        common = _commondir_of(gitdir) if gitdir is not None else None
+        for place in (gitdir, common):  # a worktree's git directory, and the repository's it shares
+            if place is not None:
+                places.append((place, PROTECTED_NAMES[".git"]))
+        hooks = _hooks_path(root_path, common or gitdir or root_path / ".git", home_path)
         if hooks is not None:
             places.append((hooks, HOOKS_PATH_WHAT))
         places += [(script, f"a hook script named in the settings ({label})")
@@ -285,6 +287,19 @@ def _gitdir_of(dot_git: Path) -> Path | None:
         return None
     target = Path(m.group(1))
     return target if target.is_absolute() else dot_git.parent / target
+
+
+def _commondir_of(gitdir: Path) -> Path | None:
+    """The repository's git directory a worktree's git directory shares (its ``commondir``
+    file: config and hooks live there), None for a main repository."""
+    try:
+        text = (gitdir / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text:
+        return None
+    target = Path(text)
+    return target if target.is_absolute() else Path(os.path.normpath(gitdir / target))
 
 
 def _hooks_path(root: Path, gitdir: Path, home: Path) -> Path | None:
