@@ -326,10 +326,17 @@ class Agent:
             result = hook(call, result)
         return result
 
+    def offered_tools(self) -> list[Tool]:
+        """The tools the model is offered: all of them, except in plan mode an MCP server's
+        tools that are not read-only (plan mode could never run them)."""
+        if self.permissions.mode is not PermissionMode.PLAN:
+            return self.tools.list()
+        return [t for t in self.tools.list() if t.origin is None or t.read_only]
+
     def _loop(self, usage: Usage, denials: list[dict[str, Any]]) -> AgentResult:
-        schemas = self.tools.schemas()
         seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
+            schemas = [t.to_anthropic() for t in self.offered_tools()]  # the mode may change mid-run
             self._maybe_compact()
             try:
                 response = self.provider.complete(self.messages, tools=schemas, system=self.system)

@@ -127,8 +127,9 @@ def decide(mode: PermissionMode | str, tool_name: str, kind: ToolKind,
 
 
 def command_argument(tool: Tool, arguments: Any) -> str | None:
-    """The shell command an ``execute`` tool was asked to run (its ``command`` argument)."""
-    if tool.kind != "execute" or not isinstance(arguments, dict):
+    """The shell command an ``execute`` tool was asked to run (its ``command`` argument; an
+    MCP tool's arguments are its server's, never a command line the policy reads)."""
+    if tool.kind != "execute" or not isinstance(arguments, dict) or getattr(tool, "origin", None) is not None:
         return None
     command = arguments.get("command")
     return command if isinstance(command, str) else None
@@ -307,8 +308,9 @@ from agent_code.policy.readonly import (  # noqa: E402,F401
 
 
 def _command_of(tool: Tool, arguments: Any) -> str | None:
-    """The shell command an ``execute`` tool was asked to run (its ``command`` argument)."""
-    if tool.kind != "execute" or not isinstance(arguments, dict):
+    """The shell command an ``execute`` tool was asked to run (its ``command`` argument; an
+    MCP tool's arguments are its server's, never a command line the policy reads)."""
+    if tool.kind != "execute" or not isinstance(arguments, dict) or getattr(tool, "origin", None) is not None:
         return None
     command = arguments.get("command")
     return command if isinstance(command, str) else None

@@ -11,10 +11,12 @@ Syntax (as in Claude Code's settings, with our tool names)::
     "Edit(src/**)"            any tool of kind edit, on a path under src/
     "Read(*.env)"  "Execute"  kinds: Read, Edit, Execute (any case) name every tool of that kind
     "*"                       every tool
+    "mcp__github__*"          every tool of the MCP server github (also "mcp__github")
 
-The tool part is a tool's name (case-insensitive, so Claude Code's ``Bash(...)`` works)
-or a kind. The specifier is matched against the call's **subject**: its ``command``
-argument (a command pattern), else its ``path``/``file_path`` argument (a path glob),
+The tool part is a tool's name (case-insensitive, so Claude Code's ``Bash(...)`` works),
+a name pattern (``*`` any characters), an MCP server's prefix, or a kind. The specifier
+is matched against the call's **subject**: its ``command`` argument (a command pattern;
+agent-code's own tools only), else its ``path``/``file_path`` argument (a path glob),
 else its first string argument (a ``fnmatch`` glob).
 
 **Command patterns** are words (split with :mod:`shlex`), read like a command:
@@ -241,9 +243,15 @@ def parse_rule(text: str, behavior: Behavior, source: str = "") -> Rule:
 
 
 def applies_to(rule: Rule, tool: Tool) -> bool:
-    """Whether the rule's tool part names ``tool`` (by name, kind, or ``*``)."""
-    part = rule.tool.lower()
-    return part == "*" or part == tool.name.lower() or KIND_ALIASES.get(part) == tool.kind
+    """Whether the rule's tool part names ``tool``: by name, kind, ``*``, a name pattern
+    (``mcp__github__*``: ``*`` any characters), or an MCP server's prefix (``mcp__github``:
+    every tool of that server, as in Claude Code)."""
+    part, name = rule.tool.lower(), tool.name.lower()
+    if part == "*" or part == name or KIND_ALIASES.get(part) == tool.kind:
+        return True
+    if "*" in part:
+        return fnmatch.fnmatchcase(name, part)  # the rule's syntax allows no other wildcard
+    return part.startswith("mcp__") and part.count("__") == 1 and name.startswith(part + "__")
 
 
 # --- the subject of a call ------------------------------------------------------------
@@ -260,7 +268,7 @@ def subject_of(tool: Tool, arguments: Any) -> Subject:
     if not isinstance(arguments, dict):
         return Subject("none")
     command = arguments.get("command")
-    if isinstance(command, str):
+    if isinstance(command, str) and getattr(tool, "origin", None) is None:  # not an MCP tool's own word
         return Subject("command", command)
     for key in PATH_ARGUMENTS:
         if isinstance(arguments.get(key), str):

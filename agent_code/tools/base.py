@@ -116,6 +116,10 @@ class Tool:
     input_schema: dict[str, Any]
     fn: Callable[..., str]
     kind: ToolKind = "read"
+    # where the tool comes from: None for agent-code's own, "mcp:SERVER" for an MCP server's
+    # (agent_code/mcp). The policy reads a ``command`` argument as a shell command line only
+    # for its own tools: an MCP tool's arguments mean what its server makes of them.
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in TOOL_KINDS:
@@ -215,7 +219,9 @@ def validate_arguments(schema: dict[str, Any], args: Any) -> list[str]:
                 allowed = ", ".join(props) or "none"
                 problems.append(f"unknown argument '{key}' (allowed: {allowed})")
             continue
-        if "type" in spec and not _type_ok(value, spec["type"]):
+        if not isinstance(spec, dict):  # a boolean schema (an MCP server's JSON Schema may hold one)
+            continue
+        if isinstance(spec.get("type"), str) and not _type_ok(value, spec["type"]):
             problems.append(f"argument '{key}' must be of type {spec['type']}, got {type(value).__name__}")
         elif "enum" in spec and value not in spec["enum"]:
             problems.append(f"argument '{key}' must be one of {spec['enum']}, got {value!r}")
