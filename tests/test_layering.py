@@ -21,7 +21,7 @@ higher one:
  8    policy                                        shell analysis, rules, deny list, decision
  9    providers                                     model providers (local: the gateway)
 10    agent                                         the loop and what it owns, settings loading
-11    worktree                                      git worktrees for parallel sessions
+11    worktree, mcp                                 git worktrees; MCP servers and their tools
 12    sandbox                                       where a rollout's agent runs
 13    tasks                                         tasks, workspaces, grading
 14    harness                                       one CLI agent in a sandbox
@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("policy",),
     ("providers",),
     ("agent",),
-    ("worktree",),
+    ("worktree", "mcp"),
     ("sandbox",),
     ("tasks",),
     ("harness",),

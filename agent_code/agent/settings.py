@@ -15,7 +15,8 @@ Shape (a subset of Claude Code's; other top-level keys are ignored)::
         "deny":  ["bash(rm:*)", "read_file(secrets/**)"],
         "defaultMode": "acceptEdits"
       },
-      "hooks": {"PreToolUse": [...], "PostToolUse": [...], "Stop": [...]}
+      "hooks": {"PreToolUse": [...], "PostToolUse": [...], "Stop": [...]},
+      "mcpServers": {"name": {"command": "...", "args": [...]}}    (the user's file only: agent_code/mcp)
     }
 
 Only versions the user trusts take effect (``agent/trust.py``): a file that changed since the
@@ -79,6 +80,8 @@ class Settings:
     sources: list[str] = field(default_factory=list)   # the files that were read
     warnings: list[str] = field(default_factory=list)
     unaccepted: list[str] = field(default_factory=list)  # files whose current version was not used
+    # the user's own MCP servers ("mcpServers" of ~/.agent-code/settings.json, as written; agent_code/mcp)
+    mcp_servers: dict[str, Any] = field(default_factory=dict)
 
 
 def read_settings_file(path: Path, label: str) -> dict[str, Any] | None:
@@ -110,6 +113,12 @@ def merge_settings(layers: list[tuple[str, dict[str, Any]]]) -> Settings:
             out.rules.add(rule)
         if permissions.default_mode is not None:
             out.default_mode = permissions.default_mode
+        servers = data.get("mcpServers")
+        if isinstance(servers, dict) and label.startswith(f"~/{USER_DIR}/"):
+            out.mcp_servers.update(servers)
+        elif servers is not None:
+            out.warnings.append(f"{label}: \"mcpServers\" is read only from ~/{USER_DIR}/settings.json (an "
+                                "object of servers); a project's servers go in .mcp.json")
         try:
             for event, matchers in parse_hooks(data.get("hooks"), label).items():
                 out.hooks.setdefault(event, []).extend(matchers)
