@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "permissions": "agent_code.cli.permissions:main",
     "settings": "agent_code.cli.settings:main",
     "worktree": "agent_code.cli.worktree:main",
+    "mcp": "agent_code.cli.mcp:main",
 }
 # name -> what it does, for ``agent-code --help`` (every dispatched sub-command has a line)
 SUBCOMMAND_SUMMARIES: dict[str, str] = {
@@ -32,6 +33,7 @@ SUBCOMMAND_SUMMARIES: dict[str, str] = {
     "permissions": "check -- COMMAND: allow, ask or deny, and the rule that decided it",
     "settings": "settings files changed since you accepted them; accept them",
     "worktree": "list or remove the git worktrees of --worktree NAME",
+    "mcp": "list the MCP servers, their state (approved, starts or fails) and tools",
 }
 
 

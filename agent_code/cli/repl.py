@@ -7,7 +7,7 @@ conversation, rendered as it happens by the CLI's text renderer; lines starting 
 ``/`` are commands (:data:`COMMANDS`; ``/help`` lists them, every one of them works):
 
 ``/help``, ``/model [NAME]``, ``/compact``, ``/permissions [MODE | check COMMAND]``, ``/undo [--force]``,
-``/exit`` (also ``/quit``, Ctrl-D).
+``/mcp [approve NAME]``, ``/exit`` (also ``/quit``, Ctrl-D).
 
 At the start, a settings file that changed since the user last accepted it (a session of
 the agent may have written it) is shown and asked about (:func:`settings_question`; only
@@ -79,6 +79,8 @@ COMMANDS: tuple[SlashCommand, ...] = (
                  "explain what the policy decides for COMMAND", "cmd_permissions"),
     SlashCommand("/undo", "/undo [--force]", "restore the file the agent changed last (one change per call)",
                  "cmd_undo"),
+    SlashCommand("/mcp", "/mcp [approve NAME]", "show the MCP servers, their state and tools; approve a project "
+                 "server (on a terminal)", "cmd_mcp"),
     SlashCommand("/exit", "/exit", "leave (also /quit, Ctrl-D)", "cmd_exit"),
 )
 ALIASES = {"/quit": "/exit", "/q": "/exit", "/?": "/help"}
@@ -93,8 +95,9 @@ class Repl:
 
     def __init__(self, agent: Any, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
                  stderr: TextIO | None = None, interactive: bool | None = None,
-                 history_file: Path | None = None) -> None:
+                 history_file: Path | None = None, mcp: Any = None) -> None:
         self.agent = agent
+        self.mcp = mcp  # the session's McpManager (agent_code/mcp), None without servers
         self.stdin = stdin or sys.stdin
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
@@ -278,6 +281,51 @@ class Repl:
         if outcome.note:
             self.pending_notes.append(outcome.note)
 
+    def cmd_mcp(self, args: list[str]) -> None:
+        """``/mcp``: what ``agent-code mcp list`` prints, for this session's servers;
+        ``/mcp approve NAME``: approve a project server now (asked on a terminal only) and start it."""
+        from agent_code.mcp import describe_servers
+
+        if args and args[0].lower() == "approve":
+            self.approve_server(args[1] if len(args) > 1 else "")
+            return
+        if self.mcp is None:
+            self.say("no MCP servers (add them to .mcp.json, ~/.agent-code/settings.json \"mcpServers\", "
+                     "or start agent-code with --mcp-config FILE)")
+            return
+        self.say("\n".join(describe_servers(self.mcp)))
+
+    def approve_server(self, name: str) -> None:
+        from agent_code.agent.settings import user_dir
+        from agent_code.cli.mcp import add_tools, mcp_question
+        from agent_code.mcp import APPROVALS_FILE, CONNECTED, ApprovalStore
+
+        state = self.mcp.servers.get(name) if self.mcp is not None else None
+        if state is None or state.config.scope != "project":
+            self.say(f"/mcp approve: no project server named {name!r} (/mcp lists them)")
+            return
+        if state.status == CONNECTED:
+            self.say(f"{name} is already running")
+            return
+        ask = mcp_question(self.stdin, self.out) if self.interactive else None
+        if ask is None:
+            self.say("/mcp approve needs a terminal: it asks you, and piped input may be a command the agent ran")
+            return
+        approved = ask(state.config)
+        try:
+            ApprovalStore(user_dir() / APPROVALS_FILE).record(self.agent.ctx.root, state.config,
+                                                              "approved" if approved else "declined")
+        except OSError as exc:
+            self.say(f"(your answer could not be saved: {exc.strerror or exc})")
+        if not approved:
+            self.say(f"{name}: not approved")
+            return
+        self.mcp.start([state.config])
+        add_tools(self.agent, self.mcp, lambda message: self.say(f"warning: {message}"))
+        now = self.mcp.servers[name]
+        self.say(f"{name}: {now.status}" + (f" ({len(now.tools)} tools)" if now.status == CONNECTED
+                                            else f": {now.error}"))
+
     def cmd_exit(self, args: list[str]) -> None:
         raise _Leave
 
@@ -406,6 +454,6 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
     return ask
 
 
-def run_repl(agent: Any, history_file: Path | None = None) -> int:
+def run_repl(agent: Any, history_file: Path | None = None, mcp: Any = None) -> int:
     """The CLI's entry: a :class:`Repl` on the process's terminal (or piped stdin)."""
-    return Repl(agent, history_file=history_file).run()
+    return Repl(agent, history_file=history_file, mcp=mcp).run()

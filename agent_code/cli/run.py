@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -81,6 +81,10 @@ def run(
         help="What tools may do: default (read only: edits and commands are refused, nobody can "
              "approve them), acceptEdits (read and edit files), plan (read only), "
              "bypassPermissions (read, edit and run commands)."),
+    mcp_config: Optional[List[str]] = typer.Option(
+        None, "--mcp-config", metavar="FILE",
+        help="MCP servers for this run: a JSON file (or string) with mcpServers, as in .mcp.json; may be "
+             "repeated. A run with a prompt starts only these and the user's own (~/.agent-code/settings.json)."),
     continue_session: bool = typer.Option(False, "--continue", "-c",
                                           help="Continue the most recent session of this project."),
     resume: Optional[str] = typer.Option(None, "--resume", metavar="ID",
@@ -100,7 +104,6 @@ def run(
     from agent_code.agent.prompt import system_prompt
     from agent_code.agent.sessions import SessionError, SessionLog, find_session, latest_session, load_session
     from agent_code.agent.settings import SettingsError, apply_cli_settings
-    from agent_code.agent.todos import todos_from_dicts
     from agent_code.cli.render import make_renderer
     from agent_code.cli.repl import settings_question
     from agent_code.providers import ProviderError, create_provider
@@ -171,9 +174,30 @@ def run(
     agent.system_for_mode = lambda mode: system_prompt(root, mode, memory)
     install_agent_tools(agent)
     try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
-        apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
+        settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:
         fail(str(exc))
+    from agent_code.cli.mcp import mcp_question, session_servers
+    from agent_code.mcp import McpConfigError
+
+    try:  # MCP servers and their tools (agent_code/mcp): the project's only in the REPL, approved
+        mcp = session_servers(agent, root, settings, mcp_config or [], repl=prompt is None,
+                              ask=mcp_question() if prompt is None else None, version=__version__)
+    except McpConfigError as exc:
+        fail(str(exc))
+    try:
+        _session(agent, prompt, mcp, renderer, llm, root, resumed, session, max_steps, memory_files,
+                 context_window, worktree)
+    finally:
+        if mcp is not None:
+            mcp.close()
+
+
+def _session(agent, prompt, mcp, renderer, llm, root, resumed, session, max_steps, memory_files, context_window,
+             worktree) -> None:
+    """The run itself, once the agent is built (its MCP servers are closed by the caller)."""
+    from agent_code.agent.todos import todos_from_dicts
+
     if resumed is not None:
         agent.restore(resumed.messages, todos_from_dicts(resumed.todos))
     renderer.header({"cwd": str(root), "provider": llm.name, "model": llm.model,
@@ -183,12 +207,14 @@ def run(
                      "resumed": resumed is not None, "messages": len(agent.messages),
                      "memory": [f.source for f in memory_files], "context_window": context_window,
                      **({"worktree": worktree} if worktree is not None else {}),
+                     **({"mcp_servers": [{"name": st.name, "status": st.status} for st in mcp.servers.values()]}
+                        if mcp is not None else {}),
                      "version": __version__})
     for note in resumed.notes if resumed is not None else []:
         print(f"agent-code: note: session {resumed.id}: {note}", file=sys.stderr)
 
     if prompt is None:
-        raise typer.Exit(_repl(agent))
+        raise typer.Exit(_repl(agent, mcp))
     try:
         result = agent.run(prompt)
     except KeyboardInterrupt:
@@ -238,12 +264,12 @@ class _TextExtras:
                               markup=False, style="dim")
 
 
-def _repl(agent) -> int:
+def _repl(agent, mcp=None) -> int:
     """The interactive shell (``cli/repl.py``): prompt_toolkit, slash commands, asking."""
     from agent_code.agent.settings import user_dir
     from agent_code.cli.repl import run_repl
 
-    return run_repl(agent, history_file=user_dir() / "history")
+    return run_repl(agent, history_file=user_dir() / "history", mcp=mcp)
 
 
 def run_main(argv: list[str]) -> None:

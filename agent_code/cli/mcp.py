@@ -1,0 +1,156 @@
+"""``agent-code mcp [list] [-C DIR] [--mcp-config FILE]...``: the MCP servers a session in DIR
+would have, their state and their tools; and the MCP part of a session's start
+(:func:`session_servers`, used by ``cli/run.py``; the servers themselves: ``agent_code/mcp``).
+
+``list`` starts what the REPL would start — the user's servers (``~/.agent-code/settings.json``
+``mcpServers``), those of ``--mcp-config``, and the project's (``.mcp.json``) that the user
+approved — prints each server (scope, file, what runs, ``connected`` with its tools and
+their kinds, or ``failed``/``not approved``/``declined`` with why) and stops them again.
+It never asks: approving a project server is the REPL's, on a terminal.
+Exit codes: 0 listed, 1 a servers file that cannot be read.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional, TextIO
+
+import typer
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  invoke_without_command=True, help="MCP servers: their state and tools.")
+_given: dict[str, Any] = {}
+CWD = typer.Option(None, "--cwd", "-C", help="Project directory (default: the current one).")
+CONFIG = typer.Option(None, "--mcp-config", metavar="FILE", help="More servers: a JSON file (or string) with "
+                                                                "mcpServers, as for a run.")
+
+
+def _warn(message: str) -> None:
+    print(f"agent-code: warning: {message}", file=sys.stderr)
+
+
+def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: list[str],
+                       warn: Callable[[str], None] = _warn) -> list[Any]:
+    """Every server a session in ``root`` knows about, project < user < --mcp-config by name.
+    Raises ``McpConfigError`` for an unreadable ``--mcp-config``; a broken ``.mcp.json`` is a
+    warning (its servers are left out)."""
+    from agent_code.mcp import McpConfigError, cli_servers, merge, parse_servers, project_servers
+
+    cli = [server for value in cli_values for server in cli_servers(value, Path.cwd())]
+    try:
+        project = project_servers(root)
+    except McpConfigError as exc:
+        warn(f"{exc}; its MCP servers are not used")
+        project = []
+    user = parse_servers({"mcpServers": user_servers}, "user", "~/.agent-code/settings.json")
+    return merge(project, user, cli)
+
+
+def session_servers(agent: Any, root: Path, settings: Any, cli_values: list[str], *, repl: bool,
+                    ask: Callable[[Any], bool] | None = None, version: str = "0",
+                    warn: Callable[[str], None] = _warn) -> Any:
+    """Start the session's MCP servers and add their tools to ``agent``; the
+    :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none."""
+    from agent_code.agent.settings import user_dir
+    from agent_code.mcp import (APPROVALS_FILE, FAILED, INVALID, NOT_APPROVED, NOT_STARTED, ApprovalStore, McpManager,
+                                plan, start_servers)
+
+    servers = configured_servers(root, getattr(settings, "mcp_servers", {}) or {}, cli_values, warn)
+    if not servers:
+        return None
+    planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=repl, ask=ask, warn=warn)
+    manager = McpManager(root, client_version=version)
+    start_servers(manager, planned)
+    for state in manager.servers.values():
+        if state.status in (FAILED, INVALID):
+            warn(f"MCP server {state.name} ({state.config.source}): {state.status}: {state.error}")
+        elif state.status in (NOT_STARTED, NOT_APPROVED) and state.config.scope == "project":
+            print(f"agent-code: note: MCP server {state.name} ({state.config.source}) not started: {state.error}",
+                  file=sys.stderr)
+    add_tools(agent, manager, warn)
+    return manager
+
+
+def add_tools(agent: Any, manager: Any, warn: Callable[[str], None] = _warn) -> None:
+    """Register the connected servers' tools that ``agent`` does not have yet."""
+    from agent_code.mcp import server_tools
+
+    for tool in server_tools(manager):
+        existing = agent.tools.get(tool.name)
+        if existing is None:
+            agent.tools.register(tool)
+        elif existing.origin != tool.origin:
+            warn(f"MCP tool {tool.name} is left out: a tool of that name exists ({existing.origin or 'built in'})")
+
+
+def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[Any], bool] | None:
+    """The REPL's start-up question about a project server not yet approved: y/N. None —
+    nobody to ask, so it does not start — unless stdin and stdout are a terminal (piped
+    input may be a command the agent ran)."""
+    stdin, out = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        if not (stdin.isatty() and out.isatty()):
+            return None
+    except (AttributeError, ValueError):
+        return None
+
+    def ask(config: Any) -> bool:
+        print(f"The project's {config.source} names the MCP server '{config.name}':\n  {config.describe()}",
+              file=out)
+        if config.env:
+            print(f"  with environment variables {', '.join(k for k, _ in config.env)}", file=out)
+        print("A server is a program that runs as you, and the project (or a session of the agent) wrote "
+              "this entry: approve only one you know.", file=out, flush=True)
+        while True:
+            out.write(f"start MCP server '{config.name}' (now and in later sessions)? [y/N] ")
+            out.flush()
+            try:
+                line = stdin.readline()
+            except KeyboardInterrupt:
+                out.write("\n")
+                return False
+            answer = line.strip().lower()
+            if not line or answer in ("", "n", "no"):
+                return False
+            if answer in ("y", "yes"):
+                return True
+
+    return ask
+
+
+@app.callback()
+def mcp(ctx: typer.Context, cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -> None:
+    """MCP servers: ``list`` (the default) shows them, their state and their tools."""
+    _given.update(cwd=cwd, mcp_config=mcp_config)
+    if ctx.invoked_subcommand is None:
+        list_(cwd, mcp_config)
+
+
+@app.command("list")
+def list_(cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -> None:
+    """Each server: where it is configured, whether it is approved, starts or fails, and its tools."""
+    from agent_code import __version__
+    from agent_code.agent.settings import SettingsError, load_trusted_settings, user_dir
+    from agent_code.mcp import (APPROVALS_FILE, ApprovalStore, McpConfigError, McpManager, describe_servers, plan,
+                                start_servers)
+
+    cwd = cwd or _given.get("cwd") or Path(".")
+    root = cwd.expanduser().resolve()
+    if not root.is_dir():
+        print(f"agent-code mcp: error: --cwd {cwd} is not a directory", file=sys.stderr)
+        raise typer.Exit(1)
+    try:
+        settings = load_trusted_settings(root, warn=_warn)
+        servers = configured_servers(root, settings.mcp_servers, list(mcp_config or _given.get("mcp_config") or []))
+    except (SettingsError, McpConfigError) as exc:
+        print(f"agent-code mcp: error: {exc}", file=sys.stderr)
+        raise typer.Exit(1)
+    planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=True)
+    with McpManager(root, client_version=__version__) as manager:
+        start_servers(manager, planned)
+        print("\n".join(describe_servers(manager)))
+
+
+def main(argv: list[str]) -> None:
+    app(args=argv, prog_name="agent-code mcp")
