@@ -357,3 +357,35 @@ def test_an_unapproved_project_server_never_starts_headless(tmp_path, capsys):
                           "--output-format", "stream-json", "-p", "go", home=home, cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert marker.exists() and stream_results(proc.stdout)[0] == ("mcp__marked__echo", False, "Echo: x")
+
+
+def test_the_repl_approves_a_declined_project_server_on_a_terminal(project, tmp_path, monkeypatch):
+    """``/mcp approve NAME``: asked on the terminal, remembered in the user's store, started,
+    its tools added to the running session; on piped input it is refused."""
+    import io
+
+    from agent_code.cli.repl import Repl
+    from agent_code.mcp import DECLINED
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (config,) = parse_servers({"mcpServers": {"everything": {"command": NODE, "args": [str(EVERYTHING), "stdio"]}}},
+                              "project", ".mcp.json")
+    with McpManager(project) as manager:
+        manager.add(config, DECLINED, "you declined it")
+        agent, _ = make_agent(manager, project, tmp_path, [[{"type": "text", "text": "-"}]])
+        assert agent.tools.get("mcp__everything__echo") is None
+        piped = Repl(agent, stdin=io.StringIO("y\n"), stdout=io.StringIO(), interactive=False, mcp=manager)
+        piped.command("/mcp approve everything")
+        assert "needs a terminal" in piped.out.getvalue() and manager.servers["everything"].status == DECLINED
+        out = Terminal()
+        repl = Repl(agent, stdin=Terminal("y\n"), stdout=out, interactive=True, mcp=manager)
+        repl.command("/mcp approve everything")
+        assert "start MCP server 'everything'" in out.getvalue() and "everything: connected" in out.getvalue()
+        assert agent.tools.get("mcp__everything__echo") is not None
+        assert ApprovalStore(tmp_path / "home" / ".agent-code" / APPROVALS_FILE).decision(project, config) == "approved"
+        repl.command("/mcp")
+        assert "everything  [project: .mcp.json, approved]  connected" in out.getvalue()
