@@ -166,7 +166,14 @@ class McpManager:
         config = state.config
         if config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            try:  # the SDK's own client factory (its default timeouts), as its session group uses it
+                from mcp.shared._httpx_utils import create_mcp_http_client
+            except ImportError:  # pragma: no cover - a later SDK moved it
+                import httpx2
+
+                def create_mcp_http_client(headers: dict[str, str]) -> Any:
+                    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
 
             async with create_mcp_http_client(headers=dict(config.headers)) as http:
                 async with streamable_http_client(config.url, http_client=http) as streams:
@@ -250,6 +257,9 @@ class McpManager:
         gone = asyncio.ensure_future(state._gone.wait())
         try:
             done, _ = await asyncio.wait({call, gone}, timeout=limit + 5, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the caller gave up (Ctrl-C): so does the call
+            call.cancel()
+            raise
         finally:
             gone.cancel()
         if call not in done:
@@ -261,9 +271,9 @@ class McpManager:
         try:
             return call.result()
         except MCPError as exc:
-            from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+            from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-            if exc.code == REQUEST_TIMEOUT or "timed out" in exc.message:
+            if exc.code == REQUEST_TIMEOUT:
                 raise McpCallError(self._timed_out(state, tool, limit)) from None
             if exc.code == CONNECTION_CLOSED:
                 self._mark_gone(state, "the connection closed (the server exited)")
