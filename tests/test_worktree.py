@@ -183,3 +183,37 @@ def test_the_policy_treats_the_worktree_as_the_project(repo):
     # the main checkout's session may not write into a worktree (it is under its .agent/)
     main_policy = PermissionPolicy("acceptEdits", root=repo)
     assert main_policy.explain(write, {"path": str(tree / "app.py"), "content": "x"}).stage == "self-protection"
+
+
+def test_a_worktree_inherits_the_trust_of_identical_settings(repo, tmp_path):
+    """The worktree's committed .agent/settings.json is the version the user trusts in the
+    main checkout: it is used there without asking again; a differing one is not."""
+    from agent_code.agent.settings import inherit_trust, load_trusted_settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    settings = {"permissions": {"allow": ["bash(make test)"], "deny": ["bash(git push:*)"]}}
+    (repo / ".agent").mkdir()
+    (repo / ".agent" / "settings.json").write_text(json.dumps(settings))
+    git(repo, "add", ".agent/settings.json")
+    git(repo, "commit", "-qm", "settings")
+    warnings: list[str] = []
+    main = load_trusted_settings(repo, home, warn=warnings.append)   # the first session records it
+    (repo / ".agent" / "sessions").mkdir()
+    (repo / ".agent" / "sessions" / "s.jsonl").write_text("{}\n")        # a session ran here
+    assert {r.text for r in main.rules.rules} == {"bash(make test)", "bash(git push:*)"} and not warnings
+
+    same = ensure(repo, "same").path
+    # without inheriting: an unrecorded file inside a project a session ran in is not used
+    # (but for its deny and ask rules, which can only restrict)
+    plain = load_trusted_settings(same, home, warn=warnings.append)
+    assert {r.text for r in plain.rules.rules} == {"bash(git push:*)"} and warnings
+    other = ensure(repo, "other").path
+    warnings.clear()
+    assert inherit_trust(other, repo, home) == [".agent/settings.json", ".agent/settings.local.json"]
+    used = load_trusted_settings(other, home, warn=warnings.append)
+    assert {r.text for r in used.rules.rules} == {"bash(make test)", "bash(git push:*)"} and not warnings
+    # a worktree whose settings differ from the trusted version inherits nothing
+    changed = ensure(repo, "changed").path
+    (changed / ".agent" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "bypassPermissions"}}))
+    assert ".agent/settings.json" not in inherit_trust(changed, repo, home)

@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
 from agent_code.agent.trust import (TRUST_DIR, Change, Review, SettingsFile, TrustStore, drop_hooks_running,
-                                    hook_scripts, read_version, review, visible)
+                                    hook_scripts, read_version, review, version_digest, visible)
 from agent_code.policy import RuleSet
 from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
 
@@ -222,6 +222,36 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
             evidence = f"it is inside {visible(str(outer))}, a project a session ran in"
     found = review(files, store, project_evidence=evidence, record_first_sight=record_first_sight)
     return found, parsed
+
+
+def inherit_trust(root: Path, origin: Path, home: Path | None = None) -> list[str]:
+    """For a git worktree ``root`` of the project ``origin`` (``agent-code --worktree``): record
+    each project settings file of ``root`` not yet in the trust store as trusted when it is
+    exactly the version the user trusts in ``origin`` — the same text (or both absent) and the
+    same hook scripts. Without it, a worktree's committed settings would be unrecorded files
+    inside a project a session ran in, and not used until accepted again. Returns the labels
+    recorded; raises OSError when the store cannot be written."""
+    store = trust_store(home)
+    root_real, origin_real, home_dir = _real(Path(root)), _real(Path(origin)), _real(home or Path.home())
+    done = []
+    for path, label in settings_files(root, home)[1:]:   # the project's two files
+        key = str(root_real / label)
+        if store.has(key):
+            continue
+        record = store.get(str(origin_real / label))
+        try:
+            text = read_version(path, label)
+            data = parse_settings_text(text, label)
+        except SettingsError:
+            continue
+        if record is None or not record.readable or record.digest != version_digest(text):
+            continue
+        scripts = hook_scripts(data, root_real, home_dir)
+        if scripts != record.scripts:
+            continue
+        store.put(key, text, f"as trusted in {origin_real}", scripts)
+        done.append(label)
+    return done
 
 
 def accept_hint(root: Path) -> str:

@@ -135,6 +135,13 @@ def run(
             tree = ensure(root, worktree)
         except WorktreeError as exc:
             fail(f"--worktree {worktree}: {exc}")
+        try:  # its settings files, where they are the versions you trust in the main checkout
+            from agent_code.agent.settings import inherit_trust
+            from agent_code.worktree import main_worktree
+
+            inherit_trust(tree.path, main_worktree(tree.path))
+        except (OSError, WorktreeError):
+            pass  # not recorded: the settings review says what it does not use, and why
         root = tree.path
         if not print_mode and fmt == "text":
             print(f"agent-code: worktree {tree.name}: {root} on branch {tree.branch or '(detached HEAD)'} "
