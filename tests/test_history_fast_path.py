@@ -157,3 +157,24 @@ def test_a_client_that_rewrites_every_echo_keeps_the_cheap_path(monkeypatch):
         turns.append(turn)
         history.add(turn, key, (held - 1, request[held - 1]))
     assert chains == []   # no lookup fell back to digesting the whole history
+
+
+@pytest.mark.parametrize("swap", [(0, 1.0), (0, True), (2, {"a": 0}), (2, {"a": 0.0})])
+def test_nested_scalars_in_held_calls_are_compared_by_type_too(swap):
+    """The places where a held call holds a number, bool or null are found once per held message;
+    a request equal by ``==`` but of another type at any of them, however deep, is not that turn."""
+    history, turns = SessionHistory(), []
+    messages = [{"role": "user", "content": "go"}]
+    nested = call("Edit", {"file_path": "a.py", "count": [1, None, {"a": False}]})
+    grow(history, turns, list(messages), nested, None)
+    messages = [*messages, copy.deepcopy(nested), {"role": "tool", "content": "ok"}]
+    reply = call("Bash", {"command": "pytest"})
+    grow(history, turns, list(messages), reply, 0)
+    held = [*messages, copy.deepcopy(reply), {"role": "tool", "content": "passed"}]
+    for _ in range(2):   # the second lookup uses the facts found by the first
+        assert both(history, turns, held) == (1, 4)
+    changed = copy.deepcopy(held)
+    position, value = swap
+    changed[1]["tool_calls"][0]["function"]["arguments"]["count"][position] = value
+    assert changed == held                          # equal as Python values ...
+    assert both(history, turns, changed) is None    # ... but not the held conversation

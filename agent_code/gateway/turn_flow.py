@@ -39,7 +39,7 @@ import contextlib
 import logging
 import re
 import time
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -133,6 +133,35 @@ def forget_turn(session: Session, index: int) -> None:
     session.history.forget(index)
 
 
+T = TypeVar("T")
+
+LIGHT_GROWTH_BYTES = 32 * 1024
+
+
+def light_turn(session: Session, body_bytes: int | None) -> bool:
+    """Whether preparing this request is cheap enough to do on the event loop: the session
+    holds turns and the request body grew by less than :data:`LIGHT_GROWTH_BYTES` since the
+    session's previous request, so (when it extends what is held, as an agent's next turn does)
+    only a few new messages are rendered and tokenized. A first request, a shrunken body (a new
+    branch, a compaction: a full render) or one of unknown size goes to the worker pool. The
+    previous size is noted for the next request either way."""
+    previous, session.last_body_bytes = session.last_body_bytes, body_bytes
+    return (body_bytes is not None and previous is not None and bool(session.turns)
+            and 0 <= body_bytes - previous < LIGHT_GROWTH_BYTES and body_bytes < offload.LARGE_BODY_BYTES)
+
+
+async def in_session(session: Session, here: bool, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` holding the session's guard: right here on the loop when ``here`` and the
+    guard is free at once (a worker thread may be busy with the session: then the loop does not
+    wait for it), else in the worker pool."""
+    if here and session.guard.acquire(blocking=False):
+        try:
+            return fn(*args)
+        finally:
+            session.guard.release()
+    return await offload.run(session.guarded(fn), *args)
+
+
 class TurnFlow:
     def __init__(self, gateway: Gateway, *, ping_interval_s: float = 5.0) -> None:
         self.gw = gateway
@@ -144,8 +173,9 @@ class TurnFlow:
             log.debug("%s request for session %s: %s", out.protocol, session.id, "; ".join(chat.notes))
         headers = reply_headers(session, chat)
         try:
-            async with session.lock:  # off the loop, in the session's order
-                turn = await offload.run(session.guarded(self.gw.prepare), session, chat)
+            async with session.lock:  # in the session's order
+                light = light_turn(session, getattr(request.state, "body_bytes", None))
+                turn = await in_session(session, light, self.gw.prepare, session, chat)
         except Exception as exc:
             return self._error(out, exc, headers)
         if chat.stream:
@@ -187,9 +217,9 @@ class TurnFlow:
                 forget_turn(session, index)
                 raise NotRecorded(exc) from exc
 
-        # shielded: once begun, the record is written whole (or not at all) even if the client
-        # goes away now; the session's guard keeps it apart from the session's other steps
-        record = await asyncio.shield(offload.run(session.guarded(commit)))
+        # shielded: once begun, the record is written whole (or not at all) even if the client goes
+        # away now. With no turn log there is nothing to write: a few microseconds of bookkeeping.
+        record = await asyncio.shield(in_session(session, self.gw.turn_log is None, commit))
         if after_commit is not None:
             after_commit(session, record)
         return record

@@ -53,9 +53,9 @@ import hashlib
 import hmac
 import json
 import secrets
-import string
 from typing import Any, Protocol
 
+from agent_code.protocols.common import random_id
 from agent_code.protocols.jsontypes import is_int, is_number, type_name
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
@@ -467,11 +467,8 @@ def translate_count_request(body: Any, *, signer: Signer | None = None) -> ChatR
 # ---------------------------------------------------------------------------------------------
 # way out
 
-_ID_ALPHABET = string.ascii_letters + string.digits
-
-
 def _random_id(prefix: str) -> str:
-    return prefix + "01" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(22))
+    return random_id(prefix + "01", 22)
 
 
 def new_message_id() -> str:

@@ -24,12 +24,11 @@ Rules that hold on both endpoints:
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from typing import Any
 
 from agent_code.protocols.anthropic import ProtocolError
 from agent_code.protocols.canonical import SamplingParams
+from agent_code.protocols.common import random_id
 from agent_code.protocols.jsontypes import is_int, is_number, type_name  # noqa: F401  (re-exported)
 
 IMAGE_PLACEHOLDER = "[image omitted: this model reads text only]"
@@ -298,11 +297,8 @@ def content_text(content: Any, path: str, notes: list[str], *, text_types: tuple
 # ---------------------------------------------------------------------------------------------
 # way out: ids, SSE, errors
 
-_ALPHABET = string.ascii_letters + string.digits
-
-
 def new_id(prefix: str, length: int = 24) -> str:
-    return prefix + "".join(secrets.choice(_ALPHABET) for _ in range(length))
+    return random_id(prefix, length)
 
 
 def dumps(data: Any) -> str:

@@ -188,7 +188,12 @@ def backend_encode(backend: Any, text: str) -> list[int]:
     """``backend.encode(text).ids`` (a ``tokenizers.Tokenizer``, no special tokens added). A long
     text goes through ``encode_batch``, which gives the same ids but lets go of the GIL while
     it works, so a gateway tokenizing a 10 MB prompt in a worker thread still answers others
-    (``encode`` holds the GIL throughout: tens of seconds for such a prompt)."""
+    (``encode`` holds the GIL throughout: tens of seconds for such a prompt). Where the
+    tokenizers library has ``encode_batch_fast`` (the batch call without character offsets,
+    which nothing here reads), every text goes through it."""
+    fast = getattr(backend, "encode_batch_fast", None)   # tokenizers >= 0.21: no offsets kept, ~15% faster
+    if fast is not None:
+        return fast([text], add_special_tokens=False)[0].ids
     if len(text) < LONG_TEXT:
         return backend.encode(text, add_special_tokens=False).ids
     return backend.encode_batch([text], add_special_tokens=False)[0].ids

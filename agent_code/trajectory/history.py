@@ -120,6 +120,7 @@ class SessionHistory:
         # turn index -> [(position, message)]: where the client echoed a held reply rewritten
         self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
         self._tools: dict[int, tuple[Any, list[tuple[tuple[Any, ...], type]], Any]] = {}  # id(held tools) -> facts
+        self._calls: dict[int, tuple[Any, list[tuple[tuple[Any, ...], type]]]] = {}  # id(held message) -> its calls' scalars
 
     def add(self, turn: TurnRecord, messages_key: bytes | None = None,
             echoed: tuple[int, dict[str, Any]] | None = None) -> None:
@@ -192,7 +193,7 @@ class SessionHistory:
             if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
                 return None
         view = self._view(turn)
-        if messages[:n - 1] != view or not all(_same_calls(a, b) for a, b in zip(messages, view)):
+        if messages[:n - 1] != view or not all(self._same_call_types(a, b) for a, b in zip(messages, view)):
             return None
         key = self.key_of[turn.index]
         for message in messages[n:]:
@@ -206,6 +207,18 @@ class SessionHistory:
         if held is None or held[0] is not tools:
             held = self._tools[id(tools)] = (tools, _scalar_paths(tools), echo.schemas(tools))
         return held[1], held[2]
+
+    def _same_call_types(self, message: dict[str, Any], held: dict[str, Any]) -> bool:
+        """:func:`_same_calls` for a ``message == held``, where ``held`` is a held message: its
+        tool calls' number, bool and null places are found once (kept per message object), and
+        only those are compared, so an agent's long history costs no walk of every earlier call."""
+        calls = held.get("tool_calls")
+        if not calls:
+            return True
+        facts = self._calls.get(id(held))
+        if facts is None or facts[0] is not held:
+            facts = self._calls[id(held)] = (held, _scalar_paths(calls))
+        return not facts[1] or _same_scalar_types(message["tool_calls"], facts[1])
 
     def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
         """``turn.messages`` as its client sent them: the canonical replies they hold replaced
