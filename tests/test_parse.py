@@ -220,7 +220,7 @@ def test_detect_parsers(template, expected):
 
 
 def test_registries_and_unknown_names():
-    assert set(TOOL_PARSERS) == {"hermes", "qwen3_coder", "fenced_json", "none"}
+    assert set(TOOL_PARSERS) == {"hermes", "qwen3_coder", "deepseek_v3", "fenced_json", "none"}
     assert set(REASONING_PARSERS) == {"think", "none"}
     with pytest.raises(ValueError, match="unknown tool parser 'xml'"):
         parse_completion("", tool_parser="xml", reasoning_parser="none", tools=None)

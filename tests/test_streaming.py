@@ -28,7 +28,7 @@ from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.server import BackgroundServer
 from agent_code.parse import parse_completion
 from agent_code.parse.incremental import Progress, advance, certain, without_stop_tail
-from gateway_fixtures import qwen3_renderer, qwen25_renderer, scripted_gateway, write_script
+from gateway_fixtures import deepseek_v3_renderer, qwen3_renderer, qwen25_renderer, scripted_gateway, write_script
 
 # --------------------------------------------------------------------------------------------
 # the prefix property
@@ -42,7 +42,15 @@ def _call(rng: random.Random) -> str:
     name = rng.choice(["echo", "date", "nope"])
     args = rng.choice([{}, {"text": "hi <b>"}, {"text": "a\n b ", "n": 3}, {"n": "x"}])
     body = json.dumps({"name": name, "arguments": args})
-    shape = rng.randrange(7)
+    shape = rng.randrange(10)
+    if shape >= 7:                                                     # DeepSeek-V3
+        fenced = f"{name}\n```json\n{json.dumps(args)}\n```"
+        one = f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{fenced}<｜tool▁call▁end｜>"
+        if shape == 7:
+            return f"<｜tool▁calls▁begin｜>{one}\n{one}<｜tool▁calls▁end｜>"
+        if shape == 8:
+            return f"<｜tool▁calls▁begin｜>{one}"                       # stopped before the end marker
+        return f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{{\"n\": "
     if shape == 0:
         return f"<tool_call>\n{body}\n</tool_call>"
     if shape == 1:
@@ -61,7 +69,8 @@ def _call(rng: random.Random) -> str:
 
 FRAGMENTS = ["Hello", " world", "\n\n", "  ", "\t", "<", "<tool", "<tool_call", "</tool_call>", "<think>",
              "</think>", "<th", "</thi", "{", "{ ", "{\"", "}", "```", "``", "`", "<function=", "<parameter=x>",
-             "é", "ok.", "STOP", "ST", "\n"]
+             "é", "ok.", "STOP", "ST", "\n", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+             "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool", "<｜"]
 
 
 def random_completion(rng: random.Random) -> str:
@@ -82,7 +91,7 @@ def _final(text: str, tool_parser: str, reasoning_parser: str, tools) -> Progres
     return Progress(reply.reasoning or "", True, reply.text)
 
 
-@pytest.mark.parametrize("tool_parser", ["hermes", "qwen3_coder", "fenced_json", "none"])
+@pytest.mark.parametrize("tool_parser", ["hermes", "qwen3_coder", "deepseek_v3", "fenced_json", "none"])
 @pytest.mark.parametrize("reasoning_parser", ["think", "none"])
 def test_certain_is_always_a_prefix_of_the_final_parse(tool_parser, reasoning_parser):
     rng = random.Random(f"{tool_parser}/{reasoning_parser}")
@@ -360,14 +369,14 @@ def test_openai_responses_reasoning_streams_and_equals_the_json_reply(tmp_path):
     assert kinds.index("response.output_text.delta") > kinds.index("response.reasoning_text.done")
 
 
-@pytest.mark.parametrize("which", ["qwen2.5", "qwen3"])
+@pytest.mark.parametrize("which", ["qwen2.5", "qwen3", "deepseek-v3"])
 def test_gateway_certain_is_a_prefix_at_every_token_boundary(which):
     """The decode layer too: partial ids (an incomplete UTF-8 character, an end-of-turn token,
     a stop string) never make the certain part stray from the final parse."""
     from agent_code.engines.base import Generation
     from agent_code.protocols.canonical import ChatRequest, SamplingParams
 
-    renderer = qwen25_renderer() if which == "qwen2.5" else qwen3_renderer()
+    renderer = {"qwen2.5": qwen25_renderer, "qwen3": qwen3_renderer, "deepseek-v3": deepseek_v3_renderer}[which]()
     gw = Gateway(None, renderer)
     rng = random.Random(which)
     for _ in range(150):

