@@ -52,8 +52,12 @@ def test_a_flood_of_idle_connections_past_the_cap_does_not_keep_a_request_out(tm
             reply = httpx.post(f"{server.url}/v1/messages", json=ASK, headers={"x-api-key": "a"}, timeout=30)
             assert reply.status_code == 200 and reply.json()["content"][0]["text"] == "ok"
             assert time.perf_counter() - started < 10
-            open_now = sum(not closed_by_server(s, 0.01) for s in flood)
-            assert open_now <= limits.max_connections, open_now   # the oldest idle ones were closed
+            # the oldest idle ones are closed (connections still in the listen backlog, not yet
+            # accepted on a busy machine, count as open until the server gets to them)
+            deadline, open_now = time.monotonic() + 20, len(flood)
+            while open_now > limits.max_connections and time.monotonic() < deadline:
+                open_now = sum(not closed_by_server(s, 0.01) for s in flood)
+            assert open_now <= limits.max_connections, open_now
             assert not closed_by_server(flood[-1], 0.01)          # ... the newest kept
         finally:
             for s in flood:

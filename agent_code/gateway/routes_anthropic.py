@@ -101,8 +101,13 @@ class AnthropicRoutes:
         started = time.perf_counter()
         try:
             body = await read_json(request, self.max_body_bytes)
-            chat = await offload.run_if(large_body(request), wire.translate_request, body, signer=self.signer)
+            # the session's previous request, translated: only what is new is translated again
+            known = self.gw.store.sessions.get(credential_from(request) or "default")
+            memo = known.translation_memo if known is not None else None
+            chat, memo = await offload.run_if(large_body(request), wire.translate_request_memo, body,
+                                              signer=self.signer, memo=memo)
             session = session_for_key(self.gw.store, credential_from(request))
+            session.translation_memo = memo
         except Exception as exc:
             return error_response(as_http_error(exc))
         return await self.flow.answer(request, session, chat, AnthropicReply(self.gw, chat, self.signer),

@@ -53,6 +53,7 @@ class Session:
     in_flight: int = 0
     max_in_flight: int | None = None   # requests generating at once (None: no cap)
     last_body_bytes: int | None = None  # the size of its previous request's body (gateway/turn_flow.py)
+    translation_memo: Any = None        # its previous request, translated (protocols.anthropic.TranslationMemo)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)   # the order of its requests
     guard: threading.RLock = field(default_factory=threading.RLock, repr=False)  # one worker thread at a time
 

@@ -53,10 +53,11 @@ import hashlib
 import hmac
 import json
 import secrets
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent_code.protocols.common import random_id
-from agent_code.protocols.jsontypes import is_int, is_number, type_name
+from agent_code.protocols.jsontypes import is_int, is_number, same_scalar_types, scalar_paths, type_name
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
@@ -203,14 +204,16 @@ def _reminder(text: str) -> dict[str, Any]:
     return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
 
 
-def _fold_system_messages(messages: list[Any], notes: list[str]) -> list[tuple[str, list[tuple[str, dict]]]]:
+def _fold_system_messages(messages: list[Any], notes: list[str], *,
+                          first: int = 0) -> list[tuple[str, list[tuple[str, dict]]]]:
     """Validate the message list and fold mid-list system messages into user messages.
 
-    Returns (role, [(path, block), ...]) entries for the user and assistant messages.
+    Returns (role, [(path, block), ...]) entries for the user and assistant messages (paths
+    count from ``first``: the index of ``messages[0]`` in the request).
     """
     entries: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
     pending: list[tuple[str, dict[str, Any]]] = []
-    for i, message in enumerate(messages):
+    for i, message in enumerate(messages, first):
         path = f"messages.{i}"
         _need_object(message, path)
         role = message.get("role")
@@ -411,7 +414,31 @@ def _thinking(value: Any, notes: list[str]) -> bool:
     return False
 
 
-def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) -> ChatRequest:
+@dataclass(frozen=True)
+class TranslationMemo:
+    """What one request of a conversation translated to, piece by piece, so that the next
+    request of that conversation (which repeats all of it and adds a little) translates only
+    what is new: a wire message, the system field or the tools that are ``==`` to the memo's,
+    with the same JSON types at every number, bool and null (:func:`same_scalar_types`), get
+    the memo's canonical objects back — the very objects, so the history's own comparisons of
+    them are identity checks. Immutable: a request reads one and the route keeps the next."""
+
+    system: Any = None                   # the wire ``system`` field ...
+    system_out: tuple = ()               # ... its canonical messages, notes
+    tools: Any = None                    # the wire ``tools`` ...
+    tools_out: tuple = (None, ())        # ... its canonical tools, notes
+    tools_scalars: tuple = ()
+    wire: tuple = ()                     # the wire messages ...
+    scalars: tuple = ()                  # ... their number/bool/null places
+    out: tuple = ()                      # ... and (canonical messages, notes) for each
+
+
+def _same(value: Any, held: Any, paths: Any) -> bool:
+    return value is held or (value == held and same_scalar_types(value, paths))
+
+
+def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
+               memo: TranslationMemo | None = None) -> tuple[ChatRequest, TranslationMemo | None]:
     if not isinstance(body, dict):
         raise ProtocolError(f"request body: must be a JSON object, got {type_name(body)}")
     model = _need_str(body, "model", "", non_empty=True)
@@ -422,17 +449,50 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) ->
     if not isinstance(wire_messages, list) or not wire_messages:
         raise ProtocolError("messages: must be a non-empty list")
     messages: list[Message] = []
-    if body.get("system") is not None:
-        system = _system_text(body["system"], notes)
-        if system:
-            messages.append({"role": "system", "content": system})
-    for role, blocks in _fold_system_messages(wire_messages, notes):
-        if role == "user":
-            messages.extend(_user_messages(blocks, notes))
-        else:
-            messages.append(_assistant_message(blocks, notes, signer))
+    wire_system = body.get("system")
+    if memo is not None and wire_system is not None and wire_system == memo.system:
+        system_out, system_notes = memo.system_out   # text only: no type can differ under ==
+    else:
+        system_notes = []
+        system = _system_text(wire_system, system_notes) if wire_system is not None else ""
+        system_out = ({"role": "system", "content": system},) if system else ()
+    messages.extend(system_out)
+    notes.extend(system_notes)
+    folds = any(isinstance(m, dict) and m.get("role") == "system" for m in wire_messages)
+    new_memo: TranslationMemo | None = None
+    if folds:   # mid-list system messages fold into their neighbours: translated whole, no memo
+        for role, blocks in _fold_system_messages(wire_messages, notes):
+            if role == "user":
+                messages.extend(_user_messages(blocks, notes))
+            else:
+                messages.append(_assistant_message(blocks, notes, signer))
+    else:
+        held = memo if memo is not None and not folds else TranslationMemo()
+        scalars, outs = [], []
+        for i, message in enumerate(wire_messages):
+            if i < len(held.wire) and _same(message, held.wire[i], held.scalars[i]):
+                paths, out = held.scalars[i], held.out[i]
+            else:
+                paths, out = scalar_paths(message), _message(message, i, signer)
+            scalars.append(paths)
+            outs.append(out)
+            messages.extend(out[0])
+            notes.extend(out[1])
+        new_memo = TranslationMemo(system=wire_system, system_out=(system_out, tuple(system_notes)),
+                                   wire=tuple(wire_messages), scalars=tuple(scalars), out=tuple(outs))
 
-    tools = _tools(body.get("tools"), notes)
+    wire_tools = body.get("tools")
+    if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars):
+        tools, tool_notes = memo.tools_out
+        tools_scalars = memo.tools_scalars
+    else:
+        tool_notes = []
+        tools = _tools(wire_tools, tool_notes)
+        tools_scalars = tuple(scalar_paths(wire_tools)) if new_memo is not None else ()
+    notes.extend(tool_notes)
+    if new_memo is not None:
+        new_memo = replace(new_memo, tools=wire_tools, tools_out=(tools, tuple(tool_notes)),
+                           tools_scalars=tools_scalars)
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -444,14 +504,32 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool) ->
         _need_object(tool_choice, "tool_choice")
         if not isinstance(tool_choice.get("type"), str):
             raise ProtocolError("tool_choice.type: must be a string")
-    return ChatRequest(messages=messages, tools=tools, sampling=sampling, stream=stream, model=model,
+    chat = ChatRequest(messages=messages, tools=tools, sampling=sampling, stream=stream, model=model,
                        tool_choice=tool_choice, thinking=thinking, notes=notes)
+    return chat, new_memo
+
+
+def _message(message: Any, i: int, signer: Signer | None) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    """One user or assistant wire message (a list with no system message to fold) → its
+    canonical messages and the notes it raised."""
+    notes: list[str] = []
+    [(role, blocks)] = _fold_system_messages([message], notes, first=i)
+    if role == "user":
+        return tuple(_user_messages(blocks, notes)), tuple(notes)
+    return (_assistant_message(blocks, notes, signer),), tuple(notes)
 
 
 def translate_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
     """A ``POST /v1/messages`` body → ChatRequest; raises ProtocolError for any bad body."""
+    return translate_request_memo(body, signer=signer)[0]
+
+
+def translate_request_memo(body: Any, *, signer: Signer | None = None, memo: TranslationMemo | None = None
+                           ) -> tuple[ChatRequest, TranslationMemo | None]:
+    """:func:`translate_request` reusing ``memo`` (the conversation's previous request's) for
+    what is unchanged, and the memo for the next request (None where none can be kept)."""
     try:
-        return _translate(body, signer, require_max_tokens=True)
+        return _translate(body, signer, require_max_tokens=True, memo=memo)
     except RecursionError:
         raise ProtocolError("request body: nested too deeply") from None
 
@@ -459,7 +537,7 @@ def translate_request(body: Any, *, signer: Signer | None = None) -> ChatRequest
 def translate_count_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
     """A ``POST /v1/messages/count_tokens`` body: the same rules, ``max_tokens`` optional."""
     try:
-        return _translate(body, signer, require_max_tokens=False)
+        return _translate(body, signer, require_max_tokens=False)[0]
     except RecursionError:
         raise ProtocolError("request body: nested too deeply") from None
 

@@ -1,5 +1,6 @@
 """JSON value checks shared by every protocol's validation: names as JSON Schema says them
-(``null``, ``boolean``, ``number``, ``string``, ``array``, ``object``) for error messages."""
+(``null``, ``boolean``, ``number``, ``string``, ``array``, ``object``) for error messages; and
+telling apart values that ``==`` calls equal across JSON types (``1 == 1.0 == True``)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,25 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def scalar_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], type]]:
+    """Where a JSON value holds something other than a string, dict or list, and its type."""
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in scalar_paths(v, (*path, k))]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in scalar_paths(v, (*path, i))]
+    return [] if isinstance(value, str) else [(path, type(value))]
+
+
+def same_scalar_types(value: Any, paths: list[tuple[tuple[Any, ...], type]]) -> bool:
+    """For a value ``==`` to the one ``paths`` came from: the same type at each of those places
+    (``==`` already made everything else alike: only numbers, bools and null can be equal
+    across types)."""
+    for path, kind in paths:
+        node = value
+        for step in path:
+            node = node[step]
+        if type(node) is not kind:
+            return False
+    return True

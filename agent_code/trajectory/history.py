@@ -38,6 +38,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from agent_code.protocols.jsontypes import same_scalar_types, scalar_paths
 from agent_code.trajectory import echo, side
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq
@@ -182,7 +183,7 @@ class SessionHistory:
         n = len(turn.messages) + 1
         held_tools = turn.tools
         facts = self._tools_facts(held_tools)
-        if not (tools is held_tools or (tools == held_tools and _same_scalar_types(tools, facts[0]))):
+        if not (tools is held_tools or (tools == held_tools and same_scalar_types(tools, facts[0]))):
             return None   # equal as JSON, types included: then their digests are equal too
         tool_schemas = facts[1]   # the held tools' (the request's are the same)
         last = messages[n - 1]
@@ -205,7 +206,7 @@ class SessionHistory:
         which type, and its echo schemas."""
         held = self._tools.get(id(tools))
         if held is None or held[0] is not tools:
-            held = self._tools[id(tools)] = (tools, _scalar_paths(tools), echo.schemas(tools))
+            held = self._tools[id(tools)] = (tools, scalar_paths(tools), echo.schemas(tools))
         return held[1], held[2]
 
     def _same_call_types(self, message: dict[str, Any], held: dict[str, Any]) -> bool:
@@ -217,8 +218,8 @@ class SessionHistory:
             return True
         facts = self._calls.get(id(held))
         if facts is None or facts[0] is not held:
-            facts = self._calls[id(held)] = (held, _scalar_paths(calls))
-        return not facts[1] or _same_scalar_types(message["tool_calls"], facts[1])
+            facts = self._calls[id(held)] = (held, scalar_paths(calls))
+        return not facts[1] or same_scalar_types(message["tool_calls"], facts[1])
 
     def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
         """``turn.messages`` as its client sent them: the canonical replies they hold replaced
@@ -231,28 +232,6 @@ class SessionHistory:
             if position < len(view):
                 view[position] = message
         return view
-
-
-def _scalar_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], type]]:
-    """Where a JSON value holds something other than a string, dict or list, and its type."""
-    if isinstance(value, dict):
-        return [found for k, v in value.items() for found in _scalar_paths(v, (*path, k))]
-    if isinstance(value, list):
-        return [found for i, v in enumerate(value) for found in _scalar_paths(v, (*path, i))]
-    return [] if isinstance(value, str) else [(path, type(value))]
-
-
-def _same_scalar_types(value: Any, paths: list[tuple[tuple[Any, ...], type]]) -> bool:
-    """For a value ``==`` to the one ``paths`` came from: the same type at each of those places
-    (``==`` already made everything else alike: only numbers, bools and null can be equal
-    across types)."""
-    for path, kind in paths:
-        node = value
-        for step in path:
-            node = node[step]
-        if type(node) is not kind:
-            return False
-    return True
 
 
 def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
