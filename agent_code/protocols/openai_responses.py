@@ -531,6 +531,33 @@ def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
             "total_tokens": input_tokens + output_tokens}
 
 
+# The codes OpenAI documents for a Response's ``error.code`` (``response.failed``); clients
+# and SDKs that validate the event know no others.
+FAILURE_CODES = frozenset({
+    "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout", "invalid_image",
+    "invalid_image_format", "invalid_base64_image", "invalid_image_url", "image_too_large", "image_too_small",
+    "image_parse_error", "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
+    "unsupported_image_media_type", "empty_image_file", "failed_to_download_image", "image_file_not_found",
+})
+_RATE_LIMITED = {"rate_limit_error", "rate_limit_exceeded"}
+_REQUEST_FAULTS = {"invalid_request_error", "request_too_large", "not_found", "not_found_error",
+                   "permission_error", "authentication_error", "context_length_exceeded"}
+
+
+def failure_code(code: str | None) -> str:
+    """One of :data:`FAILURE_CODES` for an error's code or type: kept when OpenAI documents it;
+    a rate limit is ``rate_limit_exceeded``; a fault of the request (refused, too large, not
+    allowed) is ``invalid_prompt``; anything else — an engine that failed or is overloaded,
+    a full disk, a timeout — is ``server_error``."""
+    if code in FAILURE_CODES:
+        return code
+    if code in _RATE_LIMITED:
+        return "rate_limit_exceeded"
+    if code in _REQUEST_FAULTS:
+        return "invalid_prompt"
+    return "server_error"
+
+
 class ResponseWriter:
     """The response object and SSE events of one request (same id, running sequence numbers)."""
 
@@ -576,9 +603,11 @@ class ResponseWriter:
         """A real event (clients' idle timers ignore SSE comments); repeating in_progress is harmless."""
         return self.event("response.in_progress", response=self.response(status="in_progress"))
 
-    def failed(self, message: str, code: str = "server_error") -> tuple[str, dict[str, Any]]:
+    def failed(self, message: str, code: str | None = "server_error") -> tuple[str, dict[str, Any]]:
+        """``response.failed``; ``code`` (an OpenAI error's code or type) becomes one of the codes
+        OpenAI documents for a response's error (:func:`failure_code`)."""
         return self.event("response.failed", response=self.response(
-            status="failed", error={"code": code, "message": message}))
+            status="failed", error={"code": failure_code(code), "message": message}))
 
     def reasoning(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
         """A piece of reasoning streamed before the end (a prefix of the final reasoning)."""
