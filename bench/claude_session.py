@@ -8,7 +8,8 @@ full re-render, as the session grows to 128k+ tokens.
 2. That request is grown, over HTTP, against an in-process gateway (``instant`` engine: every
    reply is a ``Read`` call) the way a long Claude Code session grows: the reply, then a tool
    result of ``--result-tokens`` tokens (code-like text), turn after turn.
-3. At each ``--sizes`` point it measures ``--repeats`` turns: the gateway's end-to-end
+3. From each ``--sizes`` point on it measures ``--repeats`` turns (their median prompt size is
+   the row's size): the gateway's end-to-end
    per-turn cost from its own ``Server-Timing`` header (``total`` minus ``engine``: reading and
    parsing the body, translating, finding the held turn, rendering and tokenizing the suffix,
    parsing the reply, recording), the prompt build alone (``render``), and, in the same run, a
@@ -155,7 +156,7 @@ def main() -> int:
             while session is None or len(session.turns[-1].prompt_ids) < size:
                 step()
                 session = gateway.store.get("claude")
-            e2e, build, full = [], [], []
+            e2e, build, full, held = [], [], [], []
             for _ in range(args.repeats):
                 _, timing = step()
                 e2e.append(timing["total"] - timing["engine"])
@@ -166,7 +167,8 @@ def main() -> int:
                                                              add_generation_prompt=True, return_dict=False)
                 full.append(time.perf_counter() - t0)
                 assert list(ids) == record.prompt_ids.tolist(), "the held prompt must equal a full render here"
-            rows.append({"tokens": len(gateway.store.get("claude").turns[-1].prompt_ids),
+                held.append(len(record.prompt_ids))
+            rows.append({"tokens": int(statistics.median(held)),   # the median size of the measured turns
                          "e2e": statistics.median(e2e), "build": statistics.median(build),
                          "full": statistics.median(full)})
 
