@@ -168,3 +168,35 @@ def test_session_sampling_values_are_checked_when_the_session_opens(tmp_path):
             assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
         r = httpx.post(f"{url}/v1/sessions", json={"session_id": "s", "sampling": {"temperature": 0.5, "top_k": 5}})
         assert r.status_code == 201
+
+
+# The seed's worked example, exactly as its walkthrough writes it: no "model" field.
+SEED_EXAMPLE = """{
+  "system": [{"type": "text", "text": "你是代码助手。"}],
+  "messages": [
+    {"role": "user", "content": [{"type": "text", "text": "读取 README.md 并概括内容。"}]},
+    {"role": "assistant", "content": [
+      {"type": "text", "text": "我先读取文件。"},
+      {"type": "tool_use", "id": "toolu_demo", "name": "read_file", "input": {"path": "README.md"}}]},
+    {"role": "user", "content": [
+      {"type": "tool_result", "tool_use_id": "toolu_demo", "content": [{"type": "text", "text": "# Demo\\n这是一个学习项目。"}]},
+      {"type": "text", "text": "请用一句话概括。"}]}
+  ],
+  "tools": [{"name": "read_file", "description": "读取文件",
+             "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}],
+  "max_tokens": 128
+}"""
+
+
+def test_the_seeds_worked_example_without_a_model_is_served(tmp_path):
+    """A gateway serves one model: a body without ``model`` gets it (JSON and SSE alike)."""
+    renderer = qwen25_renderer()
+    with scripted_gateway(tmp_path, [{"text": "这是一个学习项目。"}] * 2, renderer) as (url, gw):
+        plain = httpx.post(url + "/v1/messages", content=SEED_EXAMPLE.encode(), headers={"x-api-key": "seed"})
+        body = dict(json.loads(SEED_EXAMPLE), stream=True)
+        with httpx.stream("POST", url + "/v1/messages", json=body, headers={"x-api-key": "seed-sse"}) as r:
+            status, events = r.status_code, [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["model"] == "test-model" and plain.json()["content"][0]["text"] == "这是一个学习项目。"
+    assert status == 200 and json.loads(events[0][6:])["message"]["model"] == "test-model"
+    assert json.loads(events[-1][6:])["type"] == "message_stop"

@@ -441,7 +441,8 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
                memo: TranslationMemo | None = None) -> tuple[ChatRequest, TranslationMemo | None]:
     if not isinstance(body, dict):
         raise ProtocolError(f"request body: must be a JSON object, got {type_name(body)}")
-    model = _need_str(body, "model", "", non_empty=True)
+    # a gateway serves one model: a body without ``model`` (the seed's worked example) asks for it
+    model = _need_str(body, "model", "", non_empty=True) if "model" in body else None
     notes: list[str] = []
     sampling = _sampling(body, require_max_tokens=require_max_tokens)
 
