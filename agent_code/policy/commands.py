@@ -865,15 +865,23 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
 def clear_caches() -> None:
     """Forget every memoised per-word and per-command result of the policy package (the
     benchmark clears them before each check, to time a cold one)."""
-    from agent_code.policy import denylist, self_protection, shell_syntax
+    if not _CACHE_NAMES:  # which module-level names hold a cache: found once
+        from agent_code.policy import denylist, self_protection, shell_syntax
 
-    for module in (shell_syntax, sys.modules[__name__], denylist, self_protection):
-        for value in vars(module).values():
-            kind = type(value)
-            if kind in _NO_CACHE_KINDS or kind.__module__ == "typing":
-                continue  # a failed getattr on a module or a typing alias costs microseconds
-            if callable(getattr(value, "cache_clear", None)) and value is not shell_syntax.parser:
-                value.cache_clear()
+        for module in (shell_syntax, sys.modules[__name__], denylist, self_protection):
+            for name, value in vars(module).items():
+                kind = type(value)
+                if kind in _NO_CACHE_KINDS or kind.__module__ == "typing":
+                    continue  # a failed getattr on a module or a typing alias costs microseconds
+                if callable(getattr(value, "cache_clear", None)) and value is not shell_syntax.parser:
+                    _CACHE_NAMES.append((vars(module), name))
+    for namespace, name in _CACHE_NAMES:  # read again each time: a test may have replaced one
+        clear = getattr(namespace.get(name), "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
+_CACHE_NAMES: list[tuple[dict, str]] = []
 
 
 # kinds of module-level values that never hold a cache (clear_caches skips them)

@@ -68,6 +68,7 @@ interpreter (``python -c "shutil.rmtree('/')"``). The sandbox is what confines c
 from __future__ import annotations
 
 import operator
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -787,9 +788,23 @@ def _checks() -> list[tuple[str, CommandCheck, frozenset[str] | None]]:
     return [(rule, check, _CHECK_PROGRAMS.get(rule)) for rule, check in COMMAND_CHECKS]
 
 
+_HOMES: dict[str | None, str] = {}
+
+
+def _home() -> str:
+    """``str(Path.home())``, once per value of ``$HOME`` (which it is read from)."""
+    key = os.environ.get("HOME")
+    home = _HOMES.get(key)
+    if home is None:
+        if len(_HOMES) > 8:
+            _HOMES.clear()
+        home = _HOMES[key] = str(Path.home())
+    return home
+
+
 def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     """Every built-in rule the analysed command line breaks (usually zero or one)."""
-    home = home if home is not None else str(Path.home())
+    home = home if home is not None else _home()
     if analysis.opaque:
         yield Hit("too-deep", "commands nested too deeply to check", analysis.text[:200])
     if analysis.fork_bomb:

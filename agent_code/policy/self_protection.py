@@ -205,9 +205,19 @@ class Places:
     @classmethod
     def cached(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
         """:meth:`of`, reused while the files it reads are unchanged."""
-        root_path = Path(os.path.abspath(root if root is not None else os.getcwd()))
-        home_path = Path(os.path.abspath(home if home is not None else Path.home()))
-        key = (root_path, home_path, tuple(_signature(p) for p in _inputs(root_path, home_path)))
+        # the absolute root and home and the files to stat, per (root, home) as given, the
+        # working directory and $HOME (what the two paths depend on): a check stats the files
+        # only, without building Path objects each time
+        given = (root, home, os.getcwd(), os.environ.get("HOME") if home is None else None)
+        paths = _PATHS.get(given)
+        if paths is None:
+            root_path = Path(os.path.abspath(root if root is not None else os.getcwd()))
+            home_path = Path(os.path.abspath(home if home is not None else Path.home()))
+            if len(_PATHS) > 32:
+                _PATHS.clear()
+            paths = _PATHS[given] = (root_path, home_path, tuple(str(p) for p in _inputs(root_path, home_path)))
+        root_path, home_path, inputs = paths
+        key = (root_path, home_path, tuple([_signature(p) for p in inputs]))
         places = _CACHE.get(key)
         if places is None:
             if len(_CACHE) > 32:
@@ -217,13 +227,14 @@ class Places:
 
 
 _CACHE: dict[Any, Places] = {}
+_PATHS: dict[Any, tuple[Path, Path, tuple[str, ...]]] = {}
 
 
 def _inputs(root: Path, home: Path) -> list[Path]:
     return [root / ".git", root / ".git" / "config", root / PROJECT_DIR, *_settings_files(root, home)]
 
 
-def _signature(path: Path) -> tuple[int, int, int] | None:
+def _signature(path: Path | str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
