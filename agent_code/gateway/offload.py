@@ -22,7 +22,7 @@ from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
-LARGE_BODY_BYTES = 256 * 1024   # bodies at least this large are parsed and translated off the loop
+LARGE_BODY_BYTES = 1024 * 1024  # bodies at least this large are parsed and translated off the loop (orjson: ~0.5 ms a MB)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
