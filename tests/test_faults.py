@@ -98,9 +98,12 @@ def stream_completed(protocol: str, text: str) -> bool:
 
 def is_engine_error(protocol: str, err: dict[str, Any]) -> bool:
     """Anthropic's retryable ``overloaded_error``; OpenAI's code ``engine_overloaded`` (type
-    ``server_error``; a Responses ``response.failed`` event carries only the code)."""
+    ``server_error``); a Responses ``response.failed`` event, which carries only a code from
+    OpenAI's documented list, ``server_error`` with the engine's message."""
     if protocol == "anthropic":
         return err.get("type") == "overloaded_error"
+    if protocol == "responses" and "type" not in err:
+        return err.get("code") == "server_error" and str(err.get("message", "")).startswith("engine error")
     return err.get("code") == "engine_overloaded" and err.get("type", "server_error") == "server_error"
 
 

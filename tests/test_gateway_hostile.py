@@ -40,8 +40,9 @@ def _variants() -> list[tuple[str, bytes, dict[str, str]]]:
     add("deep-in-content", {**GOOD, "messages": [{"role": "user", "content": json.loads("[" * 200 + "]" * 200)}]})
     # oversized
     add("huge-string", {**GOOD, "messages": [{"role": "user", "content": "x" * (LIMIT + 10)}]})
-    # each top-level field missing or of every wrong type
-    for field in ("model", "max_tokens", "messages"):
+    # each required top-level field missing, or any field of every wrong type (a missing model is
+    # served: a gateway serves one model; test_gateway_anthropic's seed example)
+    for field in ("max_tokens", "messages"):
         body = dict(GOOD)
         body.pop(field)
         add(f"missing-{field}", body)
