@@ -285,6 +285,11 @@ DENIED_COMMANDS = [
     "echo > ~/.agent-code/settings.json",
     "echo > $HOME/.agent-code/settings.json",
     "echo > ${HOME}/.agent-code/settings.json",
+    "echo {} > ~/.agent-code/mcp-approvals.json",              # forging the MCP approval store
+    "cp /tmp/x \"$HOME/.agent-code/mcp-approvals.json\"",
+    "tee ~root/.agent-code/mcp-approvals.json < /tmp/x",
+    "python3 -c 1 > ${HOME}/.agent-code/mcp-approvals.json",
+    "echo x > .agent/worktrees/w/.agent/settings.json",          # a worktree's own settings
     "echo > $PWD/.agent/settings.json",
     "echo > $(pwd)/.agent/settings.json",
     "echo > \"$X\"/.git/config",
