@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agent_code.tools.skills import Skill
 
+# No absolute path in the text: only the project directory's name. The prompt is then the same
+# in every checkout of a project and in every sandbox (their workspaces are all named
+# "workspace"), so an engine's prompt cache reuses the system prompt and the tool list that
+# follows it across rollouts instead of prefilling them again for each.
 SYSTEM_PROMPT = """\
-You are agent-code, a coding agent working in the project at {cwd}.
+You are agent-code, a coding agent working in the project {project} (the current directory).
 Use the tools to look at the code before you answer: list and search files, then read
 what matters. File paths are relative to that directory; you cannot reach outside it.
 To change a file, read it with read_file first, then use edit_file (an exact old_string
@@ -29,6 +33,20 @@ with a fresh context; it answers with its findings.
 When a tool returns an error, read it and try again differently; when it says permission
 denied, do not retry that tool.
 Answer concisely; cite files as path:line where it helps."""
+
+# the small-model profile (``--tool-profile small``): the working pattern spelled out, for the
+# six tools of :data:`agent_code.tools.SMALL_PROFILE`
+SMALL_PROMPT = """\
+You are agent-code, a coding agent working in the project {project} (the current directory).
+Work in this order:
+1. Look: list_files, then read_file the code and the tests that the task is about.
+2. Run the tests with bash (for example: python -m pytest -q) and read the failure.
+3. Fix the code with edit_file: old_string is exact text from read_file, found once in the file.
+4. Run the tests again; repeat 3 and 4 until they pass.
+5. Answer in one or two sentences: what was wrong and what you changed.
+Use only file paths you have seen in list_files or read_file output. Fix the code, not the tests."""
+
+PROFILES = ("full", "small")
 
 MODE_NOTES = {
     "default": "Permission mode: default. You may read and search; file edits and commands "
@@ -43,11 +61,15 @@ MODE_NOTES = {
 }
 
 
-def system_prompt(cwd: Path, permission_mode: str | None = None, memory: str = "") -> str:
-    """The system prompt for a project at ``cwd``; with ``permission_mode`` (a mode's name)
-    a line saying what that mode allows; with ``memory`` (from
-    :func:`agent_code.agent.memory.load_memory`) the project's instructions after it."""
-    text = SYSTEM_PROMPT.format(cwd=cwd)
+def system_prompt(cwd: Path, permission_mode: str | None = None, memory: str = "", profile: str = "full") -> str:
+    """The system prompt for a project at ``cwd`` (named by its directory's name only); with
+    ``permission_mode`` (a mode's name) a line saying what that mode allows; with ``memory``
+    (from :func:`agent_code.agent.memory.load_memory`) the project's instructions after it.
+    ``profile`` ``"small"`` spells the working pattern out for a small model."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown tool profile {profile!r} (choose from {', '.join(PROFILES)})")
+    template = SMALL_PROMPT if profile == "small" else SYSTEM_PROMPT
+    text = template.format(project=Path(cwd).name or str(cwd))
     if permission_mode is not None:
         text += "\n" + MODE_NOTES[str(getattr(permission_mode, "value", permission_mode))]
     if memory:

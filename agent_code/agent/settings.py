@@ -362,7 +362,9 @@ def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli
     if hooks.config.get("Stop"):
         agent.on_stop.append(hooks.stop)
 
-    section = skills_prompt(find_skills(Path(root), home))
+    tools = getattr(agent, "tools", None)
+    # a profile without the skill tool (--tool-profile small) gets no skills section
+    section = skills_prompt(find_skills(Path(root), home)) if tools is None or tools.get("skill") else ""
     if section:
         agent.system = (agent.system or "") + "\n\n" + section
         rebuild = getattr(agent, "system_for_mode", None)

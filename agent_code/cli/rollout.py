@@ -59,6 +59,10 @@ def rollout(
     budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds each agent may run (a task's timeout wins)."),
     max_steps: int = typer.Option(30, "--max-steps", min=1, help="Step cap for agents that take one (agent-code)."),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Gateway turns per rollout (429 beyond)."),
+    tool_profile: str = typer.Option("auto", "--tool-profile",
+                                     help="agent-code's tools: full, small (six tools, a prompt that spells out "
+                                          "the working pattern: for small models) or auto (small on an "
+                                          "in-process llamacpp engine, else full)."),
     partial: bool = typer.Option(False, "--partial", help="Reward = fraction of listed tests passing, not 1/0."),
     model: str = typer.Option("agent-code-local", "--model", help="Model name the gateway serves."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: rollouts/<time>)."),
@@ -83,6 +87,11 @@ def rollout(
     if agent not in HARNESSES:
         err.print(f"agent-code rollout: unknown agent '{agent}' (choose from {', '.join(HARNESSES)})", markup=False)
         raise typer.Exit(2)
+    if tool_profile not in ("auto", "full", "small"):
+        err.print(f"agent-code rollout: --tool-profile {tool_profile}: choose auto, full or small", markup=False)
+        raise typer.Exit(2)
+    if tool_profile == "auto":
+        tool_profile = "small" if not gateway_url and engine.partition(":")[0].strip().lower() == "llamacpp" else "full"
     out_dir = out or Path("rollouts") / time.strftime("%Y%m%d-%H%M%S")
     if out_dir.exists() and any(out_dir.iterdir()):
         if not overwrite:
@@ -94,6 +103,7 @@ def rollout(
     out_dir.mkdir(parents=True, exist_ok=True)
     config = RolloutConfig(agent=agent, sandbox=sandbox, samples_per_task=samples_per_task, concurrency=concurrency,
                            budget=budget, partial=partial, model=model, max_steps=max_steps, max_turns=max_turns,
+                           tool_profile=tool_profile,
                            sandbox_options=_hidden(sandbox, path, out_dir))
     if gateway_url and not admin_token:
         err.print(f"agent-code rollout: --gateway {gateway_url} needs --admin-token (or AGENT_CODE_ADMIN_TOKEN): "
@@ -104,7 +114,8 @@ def rollout(
     gateway_options = {"engine_spec": engine, "tokenizer": tokenizer, "model_name": model, "tool_parser": tool_parser}
     total = len(tasks) * samples_per_task
     err.print(f"rollout: {len(tasks)} task(s) × {samples_per_task} = {total} rollout(s) · agent {agent} · "
-              f"engine {engine if not gateway_url else gateway_url} · sandbox {sandbox} · out {out_dir}",
+              f"engine {engine if not gateway_url else gateway_url} · sandbox {sandbox} · "
+              f"{'tool profile ' + tool_profile + ' · ' if agent == 'agent-code' else ''}out {out_dir}",
               markup=False, highlight=False)
     try:
         code = asyncio.run(_run(tasks, config, out_dir, gateway_options, gateway_url, ray_address, err,
@@ -296,7 +307,7 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
     from rich.console import Console
     from rich.table import Table
 
-    from agent_code.rollout.export import mean_text, summarize
+    from agent_code.rollout.export import cache_text, groups_text, mean_text, summarize
 
     console = Console(soft_wrap=True)
     s = summarize(results)
@@ -310,6 +321,10 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
     console.print(f"solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']}) · mean reward {mean_text(s)} · "
                   f"samples {s['samples']} · rejected paths {s['rejected_paths']} · aborted: {aborted}",
                   markup=False, highlight=False)
+    console.print(groups_text(s), markup=False, highlight=False)
+    cache = cache_text(s)
+    if cache is not None:
+        console.print(cache, markup=False, highlight=False)
     for r in results:
         console.print(f"  {rollout_line(r)}", markup=False, highlight=False)
         if r.abort_reason and r.error:

@@ -74,6 +74,11 @@ def run(
     script: Optional[Path] = typer.Option(None, "--script",
                                           help="JSONL of assistant turns for --provider scripted (default: the bundled demo)."),
     max_steps: int = typer.Option(DEFAULT_MAX_STEPS, "--max-steps", min=1, help="Most model calls per prompt."),
+    tool_profile: Optional[str] = typer.Option(
+        None, "--tool-profile", metavar="PROFILE",
+        help="full (every tool, sub-agents, todos) or small (six tools with one-line descriptions and a "
+             "prompt that spells out look, test, edit, re-test: for models of a few billion parameters or "
+             "less). Default: small for --local on the embedded model, else full."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Most tokens per model reply."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--output-format", help="text, json or stream-json."),
     permission_mode: PermissionMode = typer.Option(
@@ -175,11 +180,16 @@ def run(
     memory, memory_files = load_memory(root)
     if fmt == "text":
         renderer = _TextExtras(renderer, quiet=print_mode)
-    agent = Agent(llm, default_tools(), ToolContext(root), system=system_prompt(root, permission_mode.value, memory),
+    profile = tool_profile or ("small" if provider is ProviderName.local and not engine else "full")
+    if profile not in ("full", "small"):
+        fail(f"--tool-profile {tool_profile}: choose full or small", code=2)
+    agent = Agent(llm, default_tools(profile), ToolContext(root),
+                  system=system_prompt(root, permission_mode.value, memory, profile),
                   max_steps=max_steps, on_event=renderer, permissions=permission_mode,
                   context_window=context_window, session=session)
-    agent.system_for_mode = lambda mode: system_prompt(root, mode, memory)
-    install_agent_tools(agent)
+    agent.system_for_mode = lambda mode: system_prompt(root, mode, memory, profile)
+    if profile == "full":  # task (sub-agents), todo_write, exit_plan_mode
+        install_agent_tools(agent)
     try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
         settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:

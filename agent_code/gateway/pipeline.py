@@ -259,6 +259,9 @@ class Gateway:
             ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
             timing={**outcome.timing, "total": total_s},
         )
+        cached = g.meta.get("cached_tokens") if isinstance(g.meta, dict) else None
+        if type(cached) is int and cached >= 0:
+            record.cached_tokens = cached
         if plan is not None:
             record.parent, record.policy, record.prefix_reused = plan.parent, plan.policy, plan.prefix_reused
             record.drift, record.branch_hint = list(plan.drift), plan.branch_hint

@@ -73,7 +73,8 @@ class AgentCodeHarness(CliHarness):
     def command(self, launch: Launch) -> str:
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
                 "--model", launch.model, "--output-format", "stream-json", "--max-steps", str(launch.max_steps),
-                "--permission-mode", "bypassPermissions", "--no-session-persistence", "-C", launch.workdir]
+                "--permission-mode", "bypassPermissions", "--no-session-persistence", "-C", launch.workdir,
+                "--tool-profile", launch.tool_profile]
         return f"{shlex.join(argv)} < {shlex.quote(launch.prompt_path)}"
 
     def env(self, launch: Launch) -> dict[str, str]:

@@ -42,6 +42,7 @@ class Launch:
     workdir: str             # the repository inside the sandbox
     home: str                # the agent user's home inside the sandbox
     max_steps: int = 50      # for agents that take a step cap
+    tool_profile: str = "full"  # agent-code's --tool-profile (full or small); other agents ignore it
 
     @property
     def prompt_path(self) -> str:

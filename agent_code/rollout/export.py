@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -90,10 +91,25 @@ def _mean(results: list[RolloutResult]) -> float | None:
     return sum(rewards) / len(rewards) if rewards else None
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of which ``c`` passed: the chance
+    that at least one of ``k`` samples drawn without replacement passes (Chen et al. 2021)."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n (n = {n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
 def summarize(results: list[RolloutResult]) -> dict[str, Any]:
     """Solve rate and counts over rollouts, and per task. ``mean_reward`` is over the rollouts
     that have a reward (None when none has: the run never graded anything); ``rejected_paths``
-    counts the paths the grader refused to apply."""
+    counts the paths the grader refused to apply.
+
+    A task's rollouts are one group (GRPO-style): ``groups_solved`` counts the tasks solved at
+    least once, ``groups_with_spread`` those whose rewards differ (a group whose rewards are all
+    equal has zero advantage everywhere: no learning signal), and ``pass_at[k]`` is pass@k
+    averaged over the tasks, for every k up to the smallest group's size."""
     per_task: dict[str, list[RolloutResult]] = defaultdict(list)
     for r in results:
         per_task[r.task_id].append(r)
@@ -102,16 +118,49 @@ def summarize(results: list[RolloutResult]) -> dict[str, Any]:
         if r.abort_reason:
             aborted[r.abort_reason] += 1
     solved = sum(r.solved for r in results)
+    tasks = {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs), "mean_reward": _mean(rs),
+                 "rejected_paths": sum(len(r.rejected_paths or ()) for r in rs),
+                 "spread": len({r.reward for r in rs if r.reward is not None}) > 1}
+             for t, rs in per_task.items()}
+    smallest = min((t["rollouts"] for t in tasks.values()), default=0)
+    pass_at = {k: sum(pass_at_k(t["rollouts"], t["solved"], k) for t in tasks.values()) / len(tasks)
+               for k in range(1, smallest + 1)}
+    engine_prompt = sum(r.tokens.get("engine_prompt", 0) for r in results)
     return {
         "rollouts": len(results), "solved": solved, "solve_rate": solved / len(results) if results else 0.0,
         "mean_reward": _mean(results), "rewarded": sum(r.reward is not None for r in results),
         "aborted": dict(aborted), "samples": sum(r.samples for r in results),
         "turns": sum(r.turns for r in results),
         "rejected_paths": sum(len(r.rejected_paths or ()) for r in results),
-        "tasks": {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs), "mean_reward": _mean(rs),
-                      "rejected_paths": sum(len(r.rejected_paths or ()) for r in rs)}
-                  for t, rs in per_task.items()},
+        "groups": len(tasks), "groups_solved": sum(t["solved"] > 0 for t in tasks.values()),
+        "groups_with_spread": sum(t["spread"] for t in tasks.values()), "pass_at": pass_at,
+        "engine_prompt_tokens": engine_prompt,
+        # None: the engine reports no cache use (only turns it reported on count)
+        "cached_prompt_tokens": (sum(r.tokens.get("cached", 0) for r in results)
+                                 if any("cached" in r.tokens for r in results) else None),
+        "tasks": tasks,
     }
+
+
+def groups_text(summary: dict[str, Any]) -> str:
+    """The groups line of the summary and the report: tasks solved at least once, pass@k, and
+    how many groups carry a learning signal (rewards that differ)."""
+    pass_at = summary["pass_at"]
+    if not pass_at:
+        return "groups: none"
+    shown = sorted({1, max(pass_at)})
+    return (f"groups: {summary['groups_solved']}/{summary['groups']} tasks solved at least once · "
+            + " · ".join(f"pass@{k} {pass_at[k]:.0%}" for k in shown)
+            + f" · {summary['groups_with_spread']}/{summary['groups']} groups with a reward spread")
+
+
+def cache_text(summary: dict[str, Any]) -> str | None:
+    """How much of the prompts the engine served from its prefix cache (None when the engine
+    reports nothing)."""
+    total, cached = summary["engine_prompt_tokens"], summary["cached_prompt_tokens"]
+    if not total or cached is None:
+        return None
+    return f"engine prefix cache: {cached:,} of {total:,} prompt tokens reused ({cached / total:.0%})"
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
@@ -133,6 +182,7 @@ def render_report(results: list[RolloutResult], title: str = "agent-code rollout
            f" · rejected paths {s['rejected_paths']}"
            + (" · aborted: " + ", ".join(f"{e(k)} {v}" for k, v in sorted(s["aborted"].items()))
               if s["aborted"] else "") + "</p>",
+           f"<p>{e(groups_text(s))}</p>",
            "<h2>tasks</h2><table><tr><th>task</th><th>rollouts</th><th>solved</th><th>mean reward</th>"
            "<th>rejected paths</th></tr>"]
     for task, t in s["tasks"].items():

@@ -49,6 +49,7 @@ class RolloutConfig:
     partial: bool = False             # reward = fraction of listed tests passing
     model: str = "agent-code-local"
     max_steps: int = 30               # for agents with a step cap (agent-code)
+    tool_profile: str = "full"        # agent-code's tool profile: full or small (small models)
     max_turns: int | None = None      # the gateway refuses turns beyond this (429)
     # a finished session is deleted on the gateway once its samples are back, so memory stays
     # flat over thousands of rollouts (the turns stay in the trajectory dir); True keeps them
@@ -161,7 +162,7 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
         if result.abort_reason is None and inside_url is not None:
             launch = Launch(base_url=inside_url, session_id=session_id, model=config.model,
                             prompt=task.problem_statement, workdir=box.workdir, home=box.home,
-                            max_steps=config.max_steps)
+                            max_steps=config.max_steps, tool_profile=config.tool_profile)
             run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))
             clock.lap("agent")
             result.agent_exit_code, result.log, result.stderr = run.exit_code, run.log, run.stderr
@@ -224,13 +225,19 @@ async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample] 
         result.abort("gateway", f"finishing the session failed: {exc}")
         return None
     turns: set[int] = set()
+    cache: dict[int, tuple[int, int]] = {}   # turn → (prompt tokens, cached): each turn once
     for s in samples:
         turns.update(s.metadata.get("turn_indices", ()))
+        for turn, prompt, cached in s.metadata.get("engine_cache", ()):
+            cache[turn] = (prompt, cached)
         result.tokens["prompt"] += s.prompt_length
         result.tokens["response"] += s.response_length
         result.tokens["trained"] += s.trained_tokens
     result.samples = len(samples)
     result.turns = len(turns)
+    if cache:  # what the engine prefilled, and how much of it came from its prefix cache
+        result.tokens["engine_prompt"] = sum(p for p, _ in cache.values())
+        result.tokens["cached"] = sum(c for _, c in cache.values())
     if not samples and result.abort_reason is None:
         result.abort("empty_trajectory", "the agent made no model call through the gateway")
     return samples

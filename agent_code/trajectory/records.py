@@ -44,6 +44,7 @@ class TurnRecord:
     drift: list[dict[str, Any]] = field(default_factory=list)  # {"kind", "cause", "masked"} events
     branch_hint: str | None = None   # why a new root started: "sub-agent", "compaction", "retry"
     notes: list[dict[str, Any]] = field(default_factory=list)  # client rewrites tolerated (echo.py)
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (None: not reported)
     _held: TokenSeq | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -69,6 +70,7 @@ class TurnRecord:
             "started_at": self.started_at, "timing": self.timing,
             "parent": self.parent, "policy": self.policy, "prefix_reused": self.prefix_reused,
             "drift": self.drift, "branch_hint": self.branch_hint, "notes": self.notes,
+            **({"cached_tokens": self.cached_tokens} if self.cached_tokens is not None else {}),
         }
 
     @classmethod

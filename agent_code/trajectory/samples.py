@@ -211,6 +211,9 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
             "shared_turns": shared,
             "client_rewrites": [note for u in chain for note in u.notes],
         })
+        cache = [[u.index, len(u.prompt_ids), u.cached_tokens] for u in chain if u.cached_tokens is not None]
+        if cache:  # [turn, prompt tokens, of them served from the engine's prefix cache]
+            meta["engine_cache"] = cache
         status = status_override or STATUS_BY_FINISH.get(leaf.finish_reason, "aborted")
         samples.append(Sample(
             session_id=leaf.session_id, rollout_id=rollout_id, index=n,
