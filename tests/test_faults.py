@@ -1,10 +1,10 @@
 """Fault injection: what the gateway and the local sandbox do when things around them fail.
 
-Each test's docstring states the expected behaviour; README "Faults and what happens" lists
-them all. The invariants every gateway fault keeps: the client gets a clear error in its own
-protocol's format (never a dropped connection or a 500), nothing is recorded for a turn whose
-reply the client did not get, the engine request is aborted when nobody waits for it any more,
-and the session and the server stay usable.
+Each test's docstring states the expected behaviour; docs/performance.md, "Faults and what
+happens", lists them all. The invariants every gateway fault keeps: the client gets a clear
+error in its own protocol's format (never a dropped connection or a 500), nothing is recorded
+for a turn whose reply the client did not get, the engine request is aborted when nobody waits
+for it any more, and the session and the server stay usable.
 """
 
 from __future__ import annotations
