@@ -1,6 +1,6 @@
 """What the HTTP engines (SGLang, vLLM) share: one httpx client per event loop, turning an
-error response into one readable line, reading a streamed reply's events, checking the token ids
-an engine sent back."""
+error response into one readable line, reading a streamed reply's events (and its error events),
+checking the token ids an engine sent back."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 from typing import Any, AsyncIterator
 
 import httpx
+
+from agent_code.engines.base import EngineError
 
 
 class LoopClient:
@@ -62,6 +64,14 @@ async def sse_json(response: httpx.Response) -> AsyncIterator[Any]:
         if data == "[DONE]":
             return
         yield json.loads(data)
+
+
+def raise_error_event(event: Any, engine: str) -> None:
+    """Raise EngineError (``<engine> failed: <message>``) when a streamed ``event`` is an
+    ``{"error": ...}`` event, which a server sends in place of a chunk when the request fails."""
+    if isinstance(event, dict) and "error" in event:
+        error = event["error"]
+        raise EngineError(f"{engine} failed: {error.get('message') if isinstance(error, dict) else error}")
 
 
 def new_part(chunk: list, held: list, total: Any, what: str) -> list:

@@ -51,7 +51,7 @@ from typing import Any, AsyncIterator, Sequence
 import httpx
 
 from agent_code.engines.base import EngineError, Generation, Piece
-from agent_code.engines.http_client import LoopClient, error_text, new_part, sse_json, token_ids
+from agent_code.engines.http_client import LoopClient, error_text, new_part, raise_error_event, sse_json, token_ids
 from agent_code.protocols.canonical import SamplingParams
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
@@ -157,9 +157,7 @@ class SGLangEngine:
     @staticmethod
     def _event(event: Any, ids: list[int], logprobs: list[float]) -> tuple[list[int], list[float], dict[str, Any]]:
         """The ids and logprobs a streamed event adds, and its ``meta_info``."""
-        if isinstance(event, dict) and "error" in event:
-            error = event["error"]
-            raise EngineError(f"SGLang failed: {error.get('message') if isinstance(error, dict) else error}")
+        raise_error_event(event, "SGLang")
         meta = event["meta_info"]
         triples = meta.get("output_token_logprobs") or []
         chunk_logprobs = [float(t[0]) for t in triples]

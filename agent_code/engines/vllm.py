@@ -39,7 +39,7 @@ from typing import Any, AsyncIterator, Sequence
 import httpx
 
 from agent_code.engines.base import EngineError, Generation, Piece
-from agent_code.engines.http_client import LoopClient, error_text, sse_json, token_ids
+from agent_code.engines.http_client import LoopClient, error_text, raise_error_event, sse_json, token_ids
 from agent_code.protocols.canonical import SamplingParams
 
 SESSION_HEADER = "X-Session-ID"
@@ -139,9 +139,7 @@ class VLLMEngine:
                     raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: "
                                       f"{error_text(response)}")
                 async for event in sse_json(response):
-                    if isinstance(event, dict) and "error" in event:
-                        error = event["error"]
-                        raise EngineError(f"vLLM failed: {error.get('message') if isinstance(error, dict) else error}")
+                    raise_error_event(event, "vLLM")
                     usage = event.get("usage") or usage
                     for choice in event.get("choices") or []:
                         lp = choice.get("logprobs") or {}

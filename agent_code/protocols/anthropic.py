@@ -48,15 +48,13 @@ history the model never produced.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-import secrets
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from agent_code.protocols.common import random_id
+# ProtocolError, Signer and ThinkingSigner live in common.py; imported here for the callers that
+# name them from this module
+from agent_code.protocols.common import ProtocolError, Signer, ThinkingSigner, chunks, random_id, sse_event  # noqa: F401
 from agent_code.protocols.jsontypes import is_int, is_number, same_scalar_types, scalar_paths, type_name
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
@@ -65,46 +63,6 @@ IMAGE_PLACEHOLDER = "[image omitted: this model reads text only]"
 DOCUMENT_PLACEHOLDER = "[document omitted: this model reads text only]"
 THINKING_ON = ("enabled", "adaptive")
 THINKING_OFF = ("disabled",)
-
-
-class ProtocolError(ValueError):
-    """A request the gateway refuses; ``status`` and ``kind`` are what the client is sent."""
-
-    def __init__(self, message: str, *, status: int = 400, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.kind = kind or ("request_too_large" if status == 413 else "invalid_request_error")
-
-
-class Signer(Protocol):
-    def sign(self, text: str) -> str: ...
-
-    def verify(self, text: str, signature: str) -> bool: ...
-
-
-class ThinkingSigner:
-    """HMAC-SHA256 over the thinking text with a per-gateway secret, base64-encoded.
-
-    Lets the gateway tell its own thinking blocks, echoed back by a client, from altered ones.
-    """
-
-    def __init__(self, secret: bytes | str | None = None) -> None:
-        if secret is None:
-            secret = secrets.token_bytes(32)
-        elif isinstance(secret, str):
-            secret = secret.encode("utf-8")
-        self._secret = secret
-
-    def sign(self, text: str) -> str:
-        mac = hmac.new(self._secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
-        return base64.b64encode(mac).decode("ascii")
-
-    def verify(self, text: str, signature: str) -> bool:
-        if not isinstance(text, str) or not isinstance(signature, str):
-            return False
-        return hmac.compare_digest(self.sign(text).encode("ascii"),
-                                   signature.encode("utf-8", "surrogatepass"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,10 +555,6 @@ def response_body(reply: ParsedReply, *, model: str, message_id: str, stop_reaso
             "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
 
 
-def _chunks(text: str, size: int) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
-
-
 def message_start_event(*, model: str, message_id: str, input_tokens: int,
                         output_tokens: int = 0) -> tuple[str, dict[str, Any]]:
     """The first event of a stream; a gateway sends it before generation starts."""
@@ -645,7 +599,7 @@ class MessageStream:
         events = [] if self.open == kind else self._start(kind, {"type": kind, kind: "", "signature": ""}
                                                           if kind == "thinking" else {"type": kind, kind: ""})
         self.sent[kind] += piece
-        return events + self._deltas([{"type": f"{kind}_delta", kind: c} for c in _chunks(piece, self.size)
+        return events + self._deltas([{"type": f"{kind}_delta", kind: c} for c in chunks(piece, self.size)
                                       if c or whole])
 
     def reasoning(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
@@ -680,7 +634,7 @@ class MessageStream:
                                              "input": {}})
                 payload = json.dumps(block["input"], ensure_ascii=False)
                 events += self._deltas([{"type": "input_json_delta", "partial_json": c}
-                                        for c in _chunks(payload, self.size)])
+                                        for c in chunks(payload, self.size)])
             events += self._stop()
         if self.open is not None:   # streamed, but empty in the final reply (cannot happen by construction)
             events += self._stop()
@@ -704,12 +658,7 @@ def stream_events(reply: ParsedReply, *, model: str, message_id: str, stop_reaso
 
 
 def sse_encode(event: str, data: dict[str, Any]) -> bytes:
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return f"event: {event}\ndata: {payload}\n\n".encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: escape it, so the bytes stay valid UTF-8
-        payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-        return f"event: {event}\ndata: {payload}\n\n".encode("utf-8")
+    return sse_event(event, data)
 
 
 def ping_event() -> bytes:

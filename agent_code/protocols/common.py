@@ -1,14 +1,60 @@
-"""What every wire protocol shares. So far: the random ids of replies, items and tool calls."""
+"""What every wire protocol shares: :class:`ProtocolError` (a refused request), the thinking
+signer, the random ids of replies, items and tool calls, and SSE framing (compact JSON, chunks)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import secrets
 import string
+from typing import Any, Protocol
 
 ID_ALPHABET = string.ascii_letters + string.digits
 # byte -> letter or digit, the top 8 byte values dropped (256 = 4 * 62 + 8), so each is equally likely
 _TO_ALPHABET = bytes(ord(ID_ALPHABET[b % len(ID_ALPHABET)]) for b in range(256))
 _UNEVEN = bytes(range(4 * len(ID_ALPHABET), 256))
+
+
+class ProtocolError(ValueError):
+    """A request the gateway refuses; ``status`` and ``kind`` are what the client is sent."""
+
+    def __init__(self, message: str, *, status: int = 400, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.kind = kind or ("request_too_large" if status == 413 else "invalid_request_error")
+
+
+class Signer(Protocol):
+    def sign(self, text: str) -> str: ...
+
+    def verify(self, text: str, signature: str) -> bool: ...
+
+
+class ThinkingSigner:
+    """HMAC-SHA256 over the thinking text with a per-gateway secret, base64-encoded.
+
+    Lets the gateway tell its own thinking blocks, echoed back by a client, from altered ones.
+    """
+
+    def __init__(self, secret: bytes | str | None = None) -> None:
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        elif isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        self._secret = secret
+
+    def sign(self, text: str) -> str:
+        mac = hmac.new(self._secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        return base64.b64encode(mac).decode("ascii")
+
+    def verify(self, text: str, signature: str) -> bool:
+        if not isinstance(text, str) or not isinstance(signature, str):
+            return False
+        return hmac.compare_digest(self.sign(text).encode("ascii"),
+                                   signature.encode("utf-8", "surrogatepass"))
 
 
 def random_id(prefix: str, length: int) -> str:
@@ -18,3 +64,28 @@ def random_id(prefix: str, length: int) -> str:
     while len(out) < length:
         out += secrets.token_bytes(length + 8).translate(_TO_ALPHABET, _UNEVEN)
     return prefix + out[:length].decode("ascii")
+
+
+def dumps(data: Any) -> str:
+    """Compact JSON; lone surrogates are escaped so the bytes stay valid UTF-8."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def sse_data(data: Any) -> bytes:
+    """An SSE message with only a data line (Chat Completions)."""
+    return f"data: {dumps(data)}\n\n".encode("utf-8")
+
+
+def sse_event(event: str, data: Any) -> bytes:
+    """An SSE message with an event name and a data line (Messages, Responses)."""
+    return f"event: {event}\ndata: {dumps(data)}\n\n".encode("utf-8")
+
+
+def chunks(text: str, size: int) -> list[str]:
+    """``text`` in pieces of ``size`` characters (at least 1); ``[""]`` for no text."""
+    return [text[i:i + size] for i in range(0, len(text), max(1, size))] or [""]

@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_code.protocols.anthropic import ProtocolError
 from agent_code.protocols.canonical import SamplingParams
-from agent_code.protocols.common import random_id
+from agent_code.protocols.common import ProtocolError, random_id
+from agent_code.protocols.common import chunks, dumps, sse_data, sse_event  # noqa: F401  (re-exported)
 from agent_code.protocols.jsontypes import is_int, is_number, type_name  # noqa: F401  (re-exported)
 
 IMAGE_PLACEHOLDER = "[image omitted: this model reads text only]"
@@ -299,30 +299,6 @@ def content_text(content: Any, path: str, notes: list[str], *, text_types: tuple
 
 def new_id(prefix: str, length: int = 24) -> str:
     return random_id(prefix, length)
-
-
-def dumps(data: Any) -> str:
-    """Compact JSON; lone surrogates are escaped so the bytes stay valid UTF-8."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-    return text
-
-
-def sse_data(data: Any) -> bytes:
-    """An SSE message with only a data line (Chat Completions)."""
-    return f"data: {dumps(data)}\n\n".encode("utf-8")
-
-
-def sse_event(event: str, data: Any) -> bytes:
-    """An SSE message with an event name and a data line (Responses)."""
-    return f"event: {event}\ndata: {dumps(data)}\n\n".encode("utf-8")
-
-
-def chunks(text: str, size: int) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), max(1, size))] or [""]
 
 
 # HttpError kinds (shared by all protocols) → the OpenAI error type, status and code

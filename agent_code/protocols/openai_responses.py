@@ -63,8 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_code.protocols import openai_common as oc
-from agent_code.protocols.anthropic import Signer
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, ToolSchema, rest_of
+from agent_code.protocols.common import Signer
 
 SEALED_PREFIX = "agent-code.v1."
 NAMESPACE_SEPARATOR = "__"
