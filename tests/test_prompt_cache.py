@@ -62,14 +62,19 @@ def test_the_old_first_line_defeated_the_cache():
     assert _common(a, b) < 30 < len(a) // 10
 
 
-def test_small_profile_is_six_short_tools_and_the_working_pattern():
+def test_small_profile_is_four_short_tools_and_the_working_pattern():
     tools = default_tools("small")
-    assert [t.name for t in tools.list()] == ["read_file", "list_files", "grep", "edit_file", "write_file", "bash"]
-    assert all(t.description == SMALL_PROFILE[t.name] for t in tools.list())
+    assert [t.name for t in tools.list()] == ["read_file", "list_files", "write_file", "bash"]
     full = {t.name: t for t in default_tools().list()}
-    assert all(t.input_schema == full[t.name].input_schema and t.fn is full[t.name].fn for t in tools.list())
+    for t in tools.list():
+        description, keep = SMALL_PROFILE[t.name]
+        assert t.description == description and t.fn is full[t.name].fn
+        wide = full[t.name].input_schema
+        assert t.input_schema["properties"] == {k: v for k, v in wide["properties"].items() if k in keep}
+        assert set(t.input_schema["required"]) == set(wide["required"]) <= set(keep)  # nothing required is hidden
+    assert list(tools.get("read_file").input_schema["properties"]) == ["path"]
     text = system_prompt(SANDBOXES[0], "bypassPermissions", "", "small")
-    for step in ("list_files", "python -m pytest", "edit_file", "again"):
+    for step in ("list_files", "python -m pytest", "write_file the whole", "again"):
         assert step in text
     assert len(text) < len(system_prompt(SANDBOXES[0], "bypassPermissions"))
     with pytest.raises(ValueError, match="unknown tool profile"):

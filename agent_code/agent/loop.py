@@ -151,6 +151,9 @@ class Agent:
         self.turn_usage: list[Usage] = []       # the provider's usage, one entry per model call
         self.agent_tools: list[Tool] = []       # tools bound to this agent (not given to sub-agents)
         self.system_for_mode: Callable[[str], str] | None = None  # rebuilds `system` on a mode change
+        # the first steps of a run in which the model must call a tool (tool_choice "any"): a
+        # small model otherwise answers from its imagination before looking (--tool-profile small)
+        self.tools_first_steps = 0
         self.current_call: ToolCall | None = None  # the call whose tool is running
         self._context_base = 0                  # input+output tokens of the last model call ...
         self._context_mark = 0                  # ... which saw the history up to this length
@@ -339,7 +342,11 @@ class Agent:
             schemas = [t.to_anthropic() for t in self.offered_tools()]  # the mode may change mid-run
             self._maybe_compact()
             try:
-                response = self.provider.complete(self.messages, tools=schemas, system=self.system)
+                if step <= self.tools_first_steps and schemas:
+                    response = self.provider.complete(self.messages, tools=schemas, system=self.system,
+                                                      tool_choice={"type": "any"})
+                else:
+                    response = self.provider.complete(self.messages, tools=schemas, system=self.system)
             except ProviderError as exc:
                 return AgentResult("", "error", step - 1, self.messages, usage, error=str(exc))
             usage.add(response.usage)

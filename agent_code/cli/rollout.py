@@ -59,8 +59,13 @@ def rollout(
     budget: float = typer.Option(600.0, "--budget", min=1, help="Seconds each agent may run (a task's timeout wins)."),
     max_steps: int = typer.Option(30, "--max-steps", min=1, help="Step cap for agents that take one (agent-code)."),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Gateway turns per rollout (429 beyond)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0,
+                                                help="Sampling temperature for every turn (default: what the agent "
+                                                     "asks for, else 1.0)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling for every turn."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=1, help="Top-k sampling for every turn."),
     tool_profile: str = typer.Option("auto", "--tool-profile",
-                                     help="agent-code's tools: full, small (six tools, a prompt that spells out "
+                                     help="agent-code's tools: full, small (four tools, whole-file writes, a prompt that spells out "
                                           "the working pattern: for small models) or auto (small on an "
                                           "in-process llamacpp engine, else full)."),
     partial: bool = typer.Option(False, "--partial", help="Reward = fraction of listed tests passing, not 1/0."),
@@ -104,6 +109,8 @@ def rollout(
     config = RolloutConfig(agent=agent, sandbox=sandbox, samples_per_task=samples_per_task, concurrency=concurrency,
                            budget=budget, partial=partial, model=model, max_steps=max_steps, max_turns=max_turns,
                            tool_profile=tool_profile,
+                           sampling={k: v for k, v in (("temperature", temperature), ("top_p", top_p),
+                                                       ("top_k", top_k)) if v is not None},
                            sandbox_options=_hidden(sandbox, path, out_dir))
     if gateway_url and not admin_token:
         err.print(f"agent-code rollout: --gateway {gateway_url} needs --admin-token (or AGENT_CODE_ADMIN_TOKEN): "

@@ -49,6 +49,8 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+SMALL_TOOLS_FIRST_STEPS = 2
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 # the help lists every sub-command agent_code.cli dispatches
 _HELP = "agent-code: a coding agent on any Anthropic-compatible model.\n\n" + subcommands_help()
@@ -76,9 +78,10 @@ def run(
     max_steps: int = typer.Option(DEFAULT_MAX_STEPS, "--max-steps", min=1, help="Most model calls per prompt."),
     tool_profile: Optional[str] = typer.Option(
         None, "--tool-profile", metavar="PROFILE",
-        help="full (every tool, sub-agents, todos) or small (six tools with one-line descriptions and a "
-             "prompt that spells out look, test, edit, re-test: for models of a few billion parameters or "
-             "less). Default: small for --local on the embedded model, else full."),
+        help="full (every tool, sub-agents, todos) or small, for models of a few billion parameters or "
+             "less: four tools with one-line descriptions, whole-file writes, the files the prompt names "
+             "attached, the tests run after each change, and a prompt that spells out look, test, edit, "
+             "re-test. Default: small for --local on the embedded model, else full."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Most tokens per model reply."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--output-format", help="text, json or stream-json."),
     permission_mode: PermissionMode = typer.Option(
@@ -190,6 +193,17 @@ def run(
     agent.system_for_mode = lambda mode: system_prompt(root, mode, memory, profile)
     if profile == "full":  # task (sub-agents), todo_write, exit_plan_mode
         install_agent_tools(agent)
+    else:  # a small model starts from the files the task names, and acts before it answers
+        agent.tools_first_steps = SMALL_TOOLS_FIRST_STEPS
+        if prompt is not None:
+            from agent_code.agent.attach import attach_mentioned
+
+            prompt = attach_mentioned(prompt, agent.ctx)
+        from agent_code.agent.autotest import auto_test, detect_test_command
+
+        test_command = detect_test_command(root)
+        if test_command is not None:  # every file change is followed by a test run
+            agent.after_tool.append(auto_test(agent, test_command))
     try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
         settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:

@@ -25,7 +25,7 @@ from agent_code.engines.base import Engine, EngineError, Generation
 
 __all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
 
-ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "sglang:URL", "vllm:URL", "hf:MODEL",
+ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "llamacpp:qwen2.5-coder-1.5b", "sglang:URL", "vllm:URL", "hf:MODEL",
                 "instant[:TEXT]")
 
 
@@ -42,6 +42,12 @@ def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
         return InstantEngine(renderer, arg or None, **options)
     if kind == "llamacpp":
         from agent_code.engines.llamacpp import LlamaCppEngine
+        from agent_code.render.models import MODELS
+
+        if arg in MODELS:  # a registered model's name (llamacpp:qwen2.5-coder-1.5b): its GGUF, on first use
+            from agent_code.render.models import model_gguf
+
+            return LlamaCppEngine(model_gguf(arg), **options)
         return LlamaCppEngine(arg or None, **options)
     if kind == "sglang" and arg:
         from agent_code.engines.sglang import SGLangEngine

@@ -30,7 +30,9 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
     from agent_code.render.template import load_renderer
 
     if tokenizer is None and engine_spec.startswith("llamacpp:"):
-        tokenizer = engine_spec.split(":", 1)[1]  # the GGUF carries its tokenizer and template
+        from agent_code.render.models import resolve_gguf
+
+        tokenizer = resolve_gguf(engine_spec.split(":", 1)[1])  # the GGUF carries its tokenizer and template
     renderer = load_renderer(tokenizer)
     from agent_code.trajectory.samples import REWARD_POLICIES
     from agent_code.trajectory.store import TurnLog

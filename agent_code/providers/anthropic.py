@@ -78,12 +78,15 @@ class AnthropicProvider:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         system: str | None = None,
+        tool_choice: dict[str, Any] | None = None,
     ) -> ModelResponse:
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
         if system:
             kwargs["system"] = system
         if tools:
             kwargs["tools"] = tools
+            if tool_choice:
+                kwargs["tool_choice"] = tool_choice
         sdk = self._sdk
         try:
             raw = self.client.messages.with_raw_response.create(**kwargs)

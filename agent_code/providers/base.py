@@ -27,5 +27,7 @@ class ModelProvider(Protocol):
         system: str | None = None,
     ) -> ModelResponse:
         """Send the conversation (Anthropic message dicts) and the tool schemas
-        (``{"name", "description", "input_schema"}``); return the assistant turn."""
+        (``{"name", "description", "input_schema"}``); return the assistant turn. A provider
+        that can require a tool call also takes ``tool_choice`` (Anthropic's
+        ``{"type": "any"}``); the loop passes it only when it requires one."""
         ...

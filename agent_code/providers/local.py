@@ -36,8 +36,8 @@ class LocalProvider:
         self.model = model
         self.base_url = f"{self.server.url} (in process, engine {engine})"
 
-    def complete(self, messages, tools=None, system=None) -> ModelResponse:
-        return self.client.complete(messages, tools=tools, system=system)
+    def complete(self, messages, tools=None, system=None, tool_choice=None) -> ModelResponse:
+        return self.client.complete(messages, tools=tools, system=system, tool_choice=tool_choice)
 
     def close(self) -> None:
         if self.server is not None:

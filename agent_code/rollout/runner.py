@@ -50,6 +50,8 @@ class RolloutConfig:
     model: str = "agent-code-local"
     max_steps: int = 30               # for agents with a step cap (agent-code)
     tool_profile: str = "full"        # agent-code's tool profile: full or small (small models)
+    # the session's sampling (temperature, top_p, top_k, seed): it wins over what the agent asks for
+    sampling: dict[str, Any] = field(default_factory=dict)
     max_turns: int | None = None      # the gateway refuses turns beyond this (429)
     # a finished session is deleted on the gateway once its samples are back, so memory stays
     # flat over thousands of rollouts (the turns stay in the trajectory dir); True keeps them
@@ -133,7 +135,7 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
     clock = _Clock(result.timings)
     samples: list[Sample] = []
     try:
-        await client.open_session(session_id, max_turns=config.max_turns)
+        await client.open_session(session_id, max_turns=config.max_turns, sampling=config.sampling or None)
     except GatewayClientError as exc:
         result.abort("gateway", str(exc))
         result.timings["total"] = round(time.monotonic() - started, 4)

@@ -15,16 +15,27 @@ from agent_code.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolRe
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolKind", "ToolRegistry", "tool", "default_tools",
            "SMALL_PROFILE"]
 
-# The small-model profile: the six tools a bug fix needs, each described in a line (a 0.5B-1.5B
-# model reads a short list better, and its prompt is ~60% shorter); same names, schemas and code.
-SMALL_PROFILE: dict[str, str] = {
-    "list_files": "List the files and directories in a directory of the project.",
-    "read_file": "Read a text file; lines come numbered (the numbers are not part of the file).",
-    "grep": "Search file contents for a regular expression; answers path:line: text.",
-    "edit_file": "Replace old_string (exact text from the file, found once) with new_string.",
-    "write_file": "Write a whole file (creates or replaces it).",
-    "bash": "Run a shell command in the project directory, e.g. python -m pytest -q.",
+# The small-model profile: the four tools a bug fix needs, each described in a line and offering
+# only the arguments that matter (a 0.5B-1.5B model fills in every optional argument the schema
+# offers, offsets and limits included, and loops on them); same names and code, a subset of the
+# schemas. Edits are whole-file writes: small models copy exact old_string text badly (measured:
+# edit_file calls with text that is not in the file, again and again) and rewrite a short file
+# well, the finding behind Aider's "whole" edit format for weak models.
+SMALL_PROFILE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "list_files": ("List the files and directories in a directory of the project.", ("path",)),
+    "read_file": ("Read a whole text file; lines come numbered (the numbers are not part of the file).", ("path",)),
+    "write_file": ("Write a whole file: every line of its new content (creates or replaces it).",
+                   ("path", "content")),
+    "bash": ("Run a shell command in the project directory, e.g. python -m pytest -q.", ("command",)),
 }
+
+
+def _small(t: Tool) -> Tool:
+    description, keep = SMALL_PROFILE[t.name]
+    schema = dict(t.input_schema)
+    schema["properties"] = {k: v for k, v in t.input_schema.get("properties", {}).items() if k in keep}
+    schema["required"] = [k for k in t.input_schema.get("required", []) if k in keep]
+    return dataclasses.replace(t, description=description, input_schema=schema)
 
 
 def default_tools(profile: str = "full") -> ToolRegistry:
@@ -41,6 +52,6 @@ def default_tools(profile: str = "full") -> ToolRegistry:
         if profile == "small":
             if t.name not in SMALL_PROFILE:
                 continue
-            t = dataclasses.replace(t, description=SMALL_PROFILE[t.name])
+            t = _small(t)
         registry.register(t)
     return registry
