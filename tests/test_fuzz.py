@@ -2,7 +2,7 @@
 same inputs every run) against a real gateway process: 0 crashes (connection errors), 0
 unexpected 5xx, every error in its protocol's format, the slow-loris uploads answered 408, and
 afterwards ``/healthz`` OK, a valid request answered, no traceback in the server's log. The
-acceptance run (10,000 inputs per endpoint) is ``bench/fuzz.py`` itself; see the README."""
+acceptance run (10,000 inputs per endpoint) is ``bench/fuzz.py`` itself; see docs/performance.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ These checks run on every command a tool would run (:func:`commands.analyze` fin
 at any depth and under any wrapper, and :func:`commands.normalize` reads each one's
 flags whatever their spelling), before settings rules and the permission mode, and
 nothing turns them off: not ``bypassPermissions``, not an allow rule. Each is a pure
-predicate with an id (shown in the denial and in the README):
+predicate with an id (shown in the denial and in docs/permissions.md):
 
 =======================  ==============================================================
 id                       refuses

@@ -13,7 +13,7 @@ is graded on the rest of its change.
 
 What this does not defend: code under test that subverts its own test process (``os._exit(0)``
 at import, patching pytest from the module under test, special-casing the tested inputs). Those
-need the hidden tests of ``test_patch`` and review of the diff; see the README's threat model.
+need the hidden tests of ``test_patch`` and review of the diff; see docs/security.md (the grader's threat model).
 """
 
 from __future__ import annotations
