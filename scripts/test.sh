@@ -16,4 +16,6 @@ else
   echo "setup: npm not found; tests that need npm packages will be skipped" >&2
 fi
 export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is tested too
+# lint first: ruff's findings fail the run like a failing test ([tool.ruff] in pyproject.toml)
+.venv/bin/ruff check --quiet agent_code tests bench
 exec .venv/bin/python -m pytest "$@"

@@ -17,7 +17,6 @@ import json
 from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway, typo_project
 from test_claude_code import call, claude_binary, run_claude
 
-from agent_code.trajectory.samples import build_samples
 from agent_code.trajectory.verify import verify_samples
 
 TITLE = "sentence-case title"       # in Claude Code's title request's system prompt

@@ -3,7 +3,6 @@ pure functions and through the history index; the real clients: tests/test_clien
 
 from __future__ import annotations
 
-from array import array
 
 from agent_code.trajectory import echo, side
 from agent_code.trajectory.history import SessionHistory

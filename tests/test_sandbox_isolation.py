@@ -19,7 +19,6 @@ import shlex
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -327,7 +326,7 @@ def _net_probe(box: LocalSandbox, urls: dict[str, str], abstract: str, raw: dict
 
 
 def _parse(result) -> dict:
-    line = next((l for l in result.stdout.splitlines() if l.startswith("NET-JSON ")), None)
+    line = next((x for x in result.stdout.splitlines() if x.startswith("NET-JSON ")), None)
     assert line is not None, result.output()
     return json.loads(line[len("NET-JSON "):])
 

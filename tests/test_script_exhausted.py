@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 

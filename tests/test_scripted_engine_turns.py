@@ -5,7 +5,6 @@ text by the served chat template (issue 20, part 4): one script file works with 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import anthropic
 import pytest

@@ -16,7 +16,6 @@ time budget (killed as a group at the budget), and return an :class:`AgentRun`.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
 import shutil

@@ -275,8 +275,6 @@ class DockerSandbox(PollingJobs):
                 raise SandboxError(f"could not pull image {self.image}: {e}") from e
 
     def _create_container(self) -> Any:
-        import docker
-
         try:
             return self._client.containers.run(
                 self.image, entrypoint=["sleep", "infinity"], detach=True, init=True,

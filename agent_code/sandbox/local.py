@@ -55,10 +55,8 @@ import json
 import marshal
 import os
 import secrets
-import shlex
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time

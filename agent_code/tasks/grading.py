@@ -41,7 +41,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
 from agent_code.tasks import protected
