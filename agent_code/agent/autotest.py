@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from agent_code.policy.permissions import runs_as_read_only
 from agent_code.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -34,18 +35,34 @@ def detect_test_command(root: Path) -> str | None:
 
 
 def auto_test(agent: "Agent", command: str) -> Callable[[ToolCall, ToolResult], ToolResult]:
-    """The hook (see the module doc) for ``agent``, running ``command``."""
+    """The hook (see the module doc) for ``agent``, running ``command``.
+
+    The run is a ``bash`` call the model did not make, treated as if it had: the session's
+    permission policy decides it (mode, rules, self-protection, PreToolUse hooks, the ``ask``
+    callback) exactly as the agent loop would; it runs with the environment that decision implies
+    (``ctx.read_only_commands``, restored after); the bash tool's timeout and process clean-up
+    apply; and the other ``after_tool`` hooks (PostToolUse) see it like any bash call."""
 
     def hook(call: ToolCall, result: ToolResult) -> ToolResult:
         if call.name not in CHANGERS or result.is_error or result.content.startswith("No change"):
             return result
         bash = agent.tools.get("bash")
-        if bash is None:
+        if bash is None or bash.kind != "execute":
             return result
-        arguments = {"command": command}
-        if not agent.permissions.check(bash, arguments).allowed:
+        policy = agent.permissions
+        if not policy.check(bash, {"command": command}).allowed:
             return result
-        ran = agent.tools.run(ToolCall(f"{call.id}-tests", "bash", arguments), agent.ctx)
+        test_call = ToolCall(f"{call.id}-tests", "bash", {"command": command})
+        ctx = agent.ctx
+        before = ctx.read_only_commands
+        ctx.read_only_commands = runs_as_read_only(policy.mode, bash, {"command": command})
+        try:
+            ran = agent.tools.run(test_call, ctx)
+        finally:
+            ctx.read_only_commands = before
+        for other in list(agent.after_tool):  # PostToolUse hooks see the command (not this hook)
+            if other is not hook:
+                ran = other(test_call, ran)
         lines = ran.content.rstrip("\n").splitlines()
         shown = "\n".join(lines[-TAIL_LINES:])
         more = f" (last {TAIL_LINES} of {len(lines)} lines)" if len(lines) > TAIL_LINES else ""
