@@ -61,14 +61,20 @@ def protocol_class(limits: ConnectionLimits) -> type:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    # connections told to close whose connection_lost has not come yet: they are still in
+    # uvicorn's set, and counting them made every connection accepted meanwhile close more
+    # (a flood closed 900-999 idle connections instead of 900, the newest among them)
+    closing: set[Any] = set()
+
     class GuardedH11Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._guard_timer = None
             self._opened = self.loop.time()
             self._arm(None)
-            if len(self.connections) > limits.max_connections:
-                _close_idle(self.connections, len(self.connections) - limits.max_connections, keep=self)
+            over = len(self.connections) - len(closing) - limits.max_connections
+            if over > 0:
+                _close_idle(self.connections, over, keep=self)
 
         def _arm(self, marker: Any) -> None:
             self._guard_timer = self.loop.call_later(limits.header_timeout_s, self._check, marker)
@@ -83,11 +89,13 @@ def protocol_class(limits: ConnectionLimits) -> type:
                 self._arm(cycle)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            closing.discard(self)
             if self._guard_timer is not None:
                 self._guard_timer.cancel()
             super().connection_lost(exc)
 
     def _close(protocol: Any) -> None:
+        closing.add(protocol)
         try:
             protocol.conn.send(h11.ConnectionClosed())
         except h11.LocalProtocolError:
