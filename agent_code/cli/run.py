@@ -195,10 +195,6 @@ def run(
         install_agent_tools(agent)
     else:  # a small model starts from the files the task names, and acts before it answers
         agent.tools_first_steps = SMALL_TOOLS_FIRST_STEPS
-        if prompt is not None:
-            from agent_code.agent.attach import attach_mentioned
-
-            prompt = attach_mentioned(prompt, agent.ctx)
         from agent_code.agent.autotest import auto_test, detect_test_command
 
         test_command = detect_test_command(root)
@@ -208,6 +204,10 @@ def run(
         settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:
         fail(str(exc))
+    if profile == "small" and prompt is not None:  # the files the task names, as the session's policy allows
+        from agent_code.agent.attach import attach_mentioned
+
+        prompt = attach_mentioned(prompt, agent.ctx, policy=agent.permissions)
     from agent_code.cli.mcp import mcp_question, session_servers
     from agent_code.mcp import McpConfigError
 
