@@ -21,8 +21,8 @@ Attaching is reading, so it refuses at least what ``read_file`` would (``tools/p
   binary); its read stamp is taken from the open file, so it is the stamp of what was shown;
 * the permission policy's answer for ``read_file`` of that path must be ``allow``, for the name as
   written and for the real path: deny and ask rules (headless nobody can approve an ask) and
-  PreToolUse hooks. The CLI attaches before the session's settings are loaded, so without a
-  ``policy`` the rules are read here from every settings file, in its current version and its
+  PreToolUse hooks. The CLI passes the session's own policy, its settings applied; without a
+  ``policy`` (another caller) the rules are read here from every settings file, in its current version and its
   last accepted one (the session uses one of them, and both versions' deny and ask rules count);
   a settings file that cannot be read, or a PreToolUse hook that concerns ``read_file``, means
   nothing is attached (the hook would run when the model reads the file itself).
