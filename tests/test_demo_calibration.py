@@ -27,6 +27,7 @@ def test_demo_args_take_the_calibration(monkeypatch):
     assert found is not None and args[:4] == ["--budget", "180", "--samples-per-task", "2"]
     argv = rollout_argv(*args)
     assert argv.count("--budget") == 1 and "--temperature" in argv and argv[argv.index("--max-steps") + 1] == "8"
+    assert argv[argv.index("--max-tokens") + 1] == "1024"
 
     monkeypatch.setattr(cal, "calibrate", lambda spec: cal.Calibration(12, 3, 1, 9, 1.9))
     args, found = calibrated_args(["--engine", "llamacpp:qwen2.5-coder-1.5b"], tasks=4)

@@ -62,3 +62,44 @@ def test_engine_cache_line_only_when_the_engine_reports_it():
     s = summarize([_result("a", 0, 1.0, engine_prompt=4000, cached=3000),
                    _result("a", 1, 0.0, engine_prompt=1000, cached=0)])
     assert cache_text(s) == "engine prefix cache: 3,000 of 5,000 prompt tokens reused (60%)"
+
+
+def test_the_rollouts_sampling_opens_each_session(monkeypatch):
+    """--temperature/--top-p/--top-k/--max-tokens reach the gateway as the session's sampling."""
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from agent_code.cli import rollout as cli_rollout
+    from agent_code.rollout.client import GatewayClientError
+    from agent_code.rollout.runner import RolloutConfig, run_rollout
+
+    opened = []
+
+    class Client:
+        base_url = "http://127.0.0.1:9"
+
+        async def open_session(self, session_id, **options):
+            opened.append(options)
+            raise GatewayClientError("stop here")
+
+    class Task:
+        id = "t"
+
+    config = RolloutConfig(sampling={"temperature": 0.7, "max_new_tokens": 1024})
+    result, samples = asyncio.run(run_rollout(Task(), 0, config, Client()))
+    assert opened == [{"max_turns": None, "sampling": {"temperature": 0.7, "max_new_tokens": 1024}}]
+    assert result.abort_reason == "gateway" and samples == []
+
+    seen = {}
+
+    async def fake_run(tasks, config, *a, **k):
+        seen["config"] = config
+        return 0
+    monkeypatch.setattr(cli_rollout, "_run", fake_run)
+    out = CliRunner().invoke(cli_rollout.app, ["bundled", "--engine", "scripted:x.jsonl", "--temperature", "0.7",
+                                               "--top-p", "0.8", "--top-k", "20", "--max-tokens", "64",
+                                               "--out", str(__import__("tempfile").mkdtemp())])
+    assert out.exit_code == 0, out.output
+    assert seen["config"].sampling == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_new_tokens": 64}
+    assert seen["config"].tool_profile == "full"  # auto: full on a scripted engine

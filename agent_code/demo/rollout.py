@@ -25,8 +25,11 @@ from agent_code.cli import main
 
 ROLLOUT_SCRIPT = Path(__file__).resolve().parent / "rollout_script.jsonl"
 # the model on two CPU cores: a few turns each, so the whole set ends in minutes
-# sampling: Qwen2.5-Coder's recommended settings (its generation_config.json), for every turn
-LOCAL_DEFAULTS = ["--max-steps", "8", "--budget", "180", "--temperature", "0.7", "--top-p", "0.8", "--top-k", "20"]
+# sampling: Qwen2.5-Coder's recommended settings (its generation_config.json), for every turn;
+# a turn samples at most 1,024 tokens (a small model that rambles on to the agent's 8,192 would
+# take minutes a turn on a busy machine; a whole bundled file is ~300 tokens)
+LOCAL_DEFAULTS = ["--max-steps", "8", "--budget", "180", "--temperature", "0.7", "--top-p", "0.8", "--top-k", "20",
+                  "--max-tokens", "1024"]
 TARGET_SECONDS = 480.0          # what the demo's rollouts may take together, when choosing groups
 EXPECTED_TURNS = 6              # turns a rollout takes on average (look, test, edit, re-test, answer)
 
