@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_code.rollout.export import pass_at_k  # noqa: E402
+from agent_code.rollout.export import summarize  # noqa: E402
+from agent_code.rollout.runner import RolloutResult  # noqa: E402
 
 
 def run_one(agent: str, engine: str, args: argparse.Namespace, out: Path) -> dict:
@@ -45,24 +46,15 @@ def run_one(agent: str, engine: str, args: argparse.Namespace, out: Path) -> dic
     wall = time.perf_counter() - started
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()] \
         if (out / "results.jsonl").is_file() else []
-    by_task: dict[str, list[dict]] = {}
-    for row in rows:
-        by_task.setdefault(row["task_id"], []).append(row)
-    n = min((len(v) for v in by_task.values()), default=0)
-
-    def mean_pass(k: int) -> float:
-        return sum(pass_at_k(len(v), sum((r["reward"] or 0) >= 1 for r in v), k) for v in by_task.values()) \
-            / len(by_task) if by_task and k <= n else float("nan")
-
-    prompt = sum(r["tokens"].get("engine_prompt", 0) for r in rows)
-    cached = sum(r["tokens"].get("cached", 0) for r in rows)
-    return {"agent": agent, "engine": engine, "rollouts": len(rows), "exit": proc.returncode,
-            "pass1": mean_pass(1), "passk": mean_pass(args.k),
-            "solved_tasks": sum(any((r["reward"] or 0) >= 1 for r in v) for v in by_task.values()),
-            "tasks": len(by_task),
-            "spread": sum(len({r["reward"] for r in v if r["reward"] is not None}) > 1 for v in by_task.values()),
-            "turns": sum(r["turns"] for r in rows), "aborted": sum(bool(r["abort_reason"]) for r in rows),
-            "cache": cached / prompt if prompt else None, "wall": wall,
+    s = summarize([RolloutResult(**row) for row in rows])   # the run's own summary, from its results
+    nan = float("nan")
+    cache = s["cached_prompt_tokens"]
+    return {"agent": agent, "engine": engine, "rollouts": s["rollouts"], "exit": proc.returncode,
+            "pass1": s["pass_at"].get(1, nan), "passk": s["pass_at"].get(args.k, nan),
+            "solved_tasks": s["groups_solved"], "tasks": s["groups"], "spread": s["groups_with_spread"],
+            "turns": s["turns"], "aborted": sum(s["aborted"].values()),
+            "cache": cache / s["engine_prompt_tokens"] if cache is not None and s["engine_prompt_tokens"] else None,
+            "wall": wall,
             "error": proc.stderr.strip().splitlines()[-1] if proc.returncode not in (0,) and proc.stderr.strip() else ""}
 
 

@@ -65,7 +65,7 @@ def test_registered_models_resolve_by_name(monkeypatch, tmp_path):
         parts.append(path)
     import hashlib
 
-    fake = models.LocalModel("fake.gguf", hashlib.sha256(b"GGUF-part-two").hexdigest(), ("a", "b"), "x/y", "pip …")
+    fake = models.LocalModel("fake.gguf", hashlib.sha256(b"GGUF-part-two").hexdigest(), ("a", "b"), "pip …")
     monkeypatch.setitem(models.MODELS, "fake", fake)
     monkeypatch.setattr(models, "part_paths", lambda names: parts if names == ("a", "b") else None)
     path = models.model_gguf("fake")

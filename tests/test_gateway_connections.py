@@ -131,3 +131,31 @@ def test_serve_offers_the_limits_as_options():
     out = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     for option in ("--header-timeout", "--max-connections", "--max-requests"):
         assert option in out
+
+
+def test_a_flood_that_trickles_partial_headers_is_evicted_the_same_way(tmp_path):
+    """The next variant: half the flood sends the start of a request and never finishes its
+    headers (no request is in progress, so they are idle too). The cap still closes only as many
+    as it must, oldest first, whatever each one sent; the request gets through."""
+    limits = ConnectionLimits(header_timeout_s=120, max_connections=100, max_requests=512)
+    with gateway_server(tmp_path, limits) as server:
+        flood = []
+        for i in range(600):
+            sock = connect(server.url)
+            if i % 2:
+                sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")
+            flood.append(sock)
+        try:
+            reply = httpx.post(f"{server.url}/v1/messages", json=ASK, headers={"x-api-key": "a"}, timeout=30)
+            assert reply.status_code == 200
+            deadline = time.monotonic() + 20
+            kept = flood
+            while time.monotonic() < deadline:
+                kept = [i for i, s in enumerate(flood) if not closed_by_server(s, 0.01)]
+                if len(kept) <= limits.max_connections:
+                    break
+            assert kept == list(range(len(flood) - len(kept), len(flood))), kept[:5]
+            assert limits.max_connections - 1 <= len(kept) <= limits.max_connections, len(kept)
+        finally:
+            for s in flood:
+                s.close()

@@ -342,11 +342,8 @@ class Agent:
             schemas = [t.to_anthropic() for t in self.offered_tools()]  # the mode may change mid-run
             self._maybe_compact()
             try:
-                if step <= self.tools_first_steps and schemas:
-                    response = self.provider.complete(self.messages, tools=schemas, system=self.system,
-                                                      tool_choice={"type": "any"})
-                else:
-                    response = self.provider.complete(self.messages, tools=schemas, system=self.system)
+                required = {"tool_choice": {"type": "any"}} if step <= self.tools_first_steps and schemas else {}
+                response = self.provider.complete(self.messages, tools=schemas, system=self.system, **required)
             except ProviderError as exc:
                 return AgentResult("", "error", step - 1, self.messages, usage, error=str(exc))
             usage.add(response.usage)

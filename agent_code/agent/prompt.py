@@ -46,8 +46,6 @@ Work in this order:
 5. Answer in one or two sentences: what was wrong and what you changed.
 Use only file paths you have seen. Fix the code, not the tests."""
 
-PROFILES = ("full", "small")
-
 MODE_NOTES = {
     "default": "Permission mode: default. You may read and search; file edits and commands "
                "will be refused in this run, so describe the changes you would make.",
@@ -66,8 +64,10 @@ def system_prompt(cwd: Path, permission_mode: str | None = None, memory: str = "
     ``permission_mode`` (a mode's name) a line saying what that mode allows; with ``memory``
     (from :func:`agent_code.agent.memory.load_memory`) the project's instructions after it.
     ``profile`` ``"small"`` spells the working pattern out for a small model."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown tool profile {profile!r} (choose from {', '.join(PROFILES)})")
+    from agent_code.tools import TOOL_PROFILES
+
+    if profile not in TOOL_PROFILES:
+        raise ValueError(f"unknown tool profile {profile!r} (choose from {', '.join(TOOL_PROFILES)})")
     template = SMALL_PROMPT if profile == "small" else SYSTEM_PROMPT
     text = template.format(project=Path(cwd).name or str(cwd))
     if permission_mode is not None:

@@ -94,8 +94,11 @@ def rollout(
     if agent not in HARNESSES:
         err.print(f"agent-code rollout: unknown agent '{agent}' (choose from {', '.join(HARNESSES)})", markup=False)
         raise typer.Exit(2)
-    if tool_profile not in ("auto", "full", "small"):
-        err.print(f"agent-code rollout: --tool-profile {tool_profile}: choose auto, full or small", markup=False)
+    from agent_code.tools import TOOL_PROFILES
+
+    if tool_profile not in ("auto", *TOOL_PROFILES):
+        err.print(f"agent-code rollout: --tool-profile {tool_profile}: choose auto, {' or '.join(TOOL_PROFILES)}",
+                  markup=False)
         raise typer.Exit(2)
     if tool_profile == "auto":
         tool_profile = "small" if not gateway_url and engine.partition(":")[0].strip().lower() == "llamacpp" else "full"

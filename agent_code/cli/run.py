@@ -115,7 +115,7 @@ def run(
     from agent_code.cli.render import make_renderer
     from agent_code.cli.repl import settings_question
     from agent_code.providers import ProviderError, create_provider
-    from agent_code.tools import ToolContext, default_tools
+    from agent_code.tools import TOOL_PROFILES, ToolContext, default_tools
 
     fmt = output_format.value
     renderer = make_renderer(fmt, quiet=print_mode)
@@ -184,8 +184,8 @@ def run(
     if fmt == "text":
         renderer = _TextExtras(renderer, quiet=print_mode)
     profile = tool_profile or ("small" if provider is ProviderName.local and not engine else "full")
-    if profile not in ("full", "small"):
-        fail(f"--tool-profile {tool_profile}: choose full or small", code=2)
+    if profile not in TOOL_PROFILES:
+        fail(f"--tool-profile {tool_profile}: choose {' or '.join(TOOL_PROFILES)}", code=2)
     agent = Agent(llm, default_tools(profile), ToolContext(root),
                   system=system_prompt(root, permission_mode.value, memory, profile),
                   max_steps=max_steps, on_event=renderer, permissions=permission_mode,

