@@ -162,3 +162,19 @@ def test_serve_sockets_say_tcp_so_replies_go_out_without_delay():
         return nodelay
 
     assert asyncio.run(scenario()) != 0
+
+
+def test_settle_heap_freezes_the_start_up_heap_and_collects_young_objects_less_often():
+    import gc
+
+    from agent_code.gateway.server import GC_THRESHOLDS, settle_heap
+
+    before = gc.get_threshold()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -108,7 +108,7 @@ def serve(
     from agent_code.gateway.app import create_app
     from agent_code.gateway.auth import bind_problem
     from agent_code.gateway.connections import ConnectionLimits, raise_fd_limit, uvicorn_config
-    from agent_code.gateway.server import build_gateway
+    from agent_code.gateway.server import build_gateway, settle_heap
     from agent_code.gateway.starting import StartingApp
 
     admin_token = admin_token or None  # an empty variable is no token
@@ -143,6 +143,7 @@ def serve(
               f"sessions {sessions}; session management "
               f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
               file=sys.stderr, flush=True)
+        settle_heap()   # the start-up heap, built: out of the collector's way (gateway/server.py)
         return app_
 
     starting = StartingApp()
