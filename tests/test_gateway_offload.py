@@ -58,3 +58,90 @@ def test_long_texts_tokenize_to_the_same_ids_through_the_batch_call():
     for text in ["x" * (LONG_TEXT + 5), "def f(x):\n    return x  # é, 中文, <|im_end|>\n" * 2000,
                  " " * LONG_TEXT + "a", "🙂" * (LONG_TEXT // 2) + "b"]:
         assert backend_encode(backend, text) == backend.encode(text, add_special_tokens=False).ids
+
+
+def test_the_batcher_runs_waiting_items_together_and_keeps_each_exception_to_its_own_caller():
+    import asyncio
+
+    from agent_code.gateway.offload import Batcher
+
+    calls: list[list[int]] = []
+    gate, entered = threading.Event(), threading.Event()
+
+    def run_many(items: list[int]) -> list[int]:
+        entered.set()
+        gate.wait(10)
+        calls.append(list(items))
+        if 13 in items:
+            raise ValueError(f"unlucky {items}")
+        return [i * 10 for i in items]
+
+    batcher = Batcher(run_many, name="test-batch")
+
+    async def main() -> list:
+        first = asyncio.ensure_future(batcher(1))
+        while not entered.is_set():          # the thread holds item 1 (waiting at the gate)
+            await asyncio.sleep(0.01)
+        rest = [asyncio.ensure_future(batcher(i)) for i in (2, 13, 4)]
+        cancelled = asyncio.ensure_future(batcher(5))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        gate.set()
+        return await asyncio.gather(first, *rest, cancelled, return_exceptions=True)
+
+    one, two, thirteen, four, five = asyncio.run(main())
+    assert (one, two, four) == (10, 20, 40)
+    assert isinstance(thirteen, ValueError) and "13" in str(thirteen)
+    assert isinstance(five, asyncio.CancelledError)
+    assert calls[0] == [1] and calls[1] == [2, 13, 4, 5]          # the waiting ones as one batch
+    assert [2] in calls[2:] and [13] in calls[2:] and [4] in calls[2:]   # then alone, after it failed
+
+
+def test_encode_many_gives_each_text_its_own_ids():
+    renderer = qwen3_renderer()
+    texts = ["<|im_end|>\n<|im_start|>user\n<tool_response>\nx = 1\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+             "a", "", "def f(x):\n    return x  # é, 中文\n" * 40, "🙂" * 7]
+    assert renderer.encode_many(texts) == [renderer.encode(t) for t in texts]
+    assert renderer.encode_many(texts[:1]) == [renderer.encode(texts[0])]
+
+
+def test_long_suffixes_tokenized_off_the_loop_give_the_prompt_a_full_render_gives(tmp_path):
+    """Turns whose new tool results are long (their suffix is tokenized in the gateway's
+    tokenizing thread, several sessions at once) are prompted exactly as a full render of the
+    conversation would prompt them."""
+    import asyncio
+
+    from agent_code.gateway.turn_flow import OFF_LOOP_SUFFIX_CHARS
+
+    renderer = qwen3_renderer()
+    call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+    sessions, turns = 6, 4
+    lines = [{"text": call, "session": f"s{i}"} for _ in range(turns) for i in range(sessions)]
+    tools = [{"name": "read_file", "description": "Read a file.",
+              "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    with scripted_gateway(tmp_path, lines, renderer) as (url, gateway):
+        async def session(i: int) -> None:
+            messages: list = [{"role": "user", "content": f"Session {i}: read a.py."}]
+            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+                for t in range(turns):
+                    r = await client.post("/v1/messages", headers={"x-api-key": f"s{i}"}, json={
+                        "model": "m", "max_tokens": 64, "tools": tools, "messages": messages})
+                    assert r.status_code == 200, r.text
+                    content = r.json()["content"]
+                    messages.append({"role": "assistant", "content": content})
+                    result = f"session {i} turn {t}: " + "x = 1  # é 中文 🙂\n" * (OFF_LOOP_SUFFIX_CHARS // 10)
+                    messages.append({"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": b["id"], "content": result}
+                        for b in content if b["type"] == "tool_use"]})
+
+        async def main() -> None:
+            await asyncio.gather(*(session(i) for i in range(sessions)))
+
+        asyncio.run(main())
+        assert gateway._suffix_batcher is not None and gateway._suffix_batcher.items > 0
+        for i in range(sessions):
+            records = gateway.store.get(f"s{i}").turns
+            assert len(records) == turns
+            for record in records:
+                assert record.parent == (record.index - 1 if record.index else None)
+                assert record.prompt_ids.tolist() == renderer.render(record.messages, record.tools)

@@ -26,7 +26,7 @@ from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
 from agent_code.parse.incremental import Progress, certain
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
-from agent_code.trajectory.history import POLICIES, PromptPlan, plan_prompt
+from agent_code.trajectory.history import POLICIES, PendingSuffix, PromptPlan, stage_prompt
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq, as_ids
 
@@ -44,6 +44,25 @@ class PreparedTurn:
     sampling: SamplingParams
     timing: dict[str, float]
     plan: PromptPlan | None = None
+
+
+@dataclass
+class PendingTurn:
+    """A turn prepared all but its new suffix's ids (``Gateway.prepare_staged``): tokenize
+    ``text`` with ``Gateway.encode_suffix``, then :meth:`complete` makes the PreparedTurn."""
+
+    gateway: "Gateway"
+    session: Session
+    request: ChatRequest
+    staged: PendingSuffix
+    started: float
+
+    @property
+    def text(self) -> str:
+        return self.staged.text
+
+    def complete(self, suffix_ids: Sequence[int]) -> PreparedTurn:
+        return self.gateway._prepared(self.session, self.request, self.staged.complete(suffix_ids), self.started)
 
 
 @dataclass
@@ -89,6 +108,7 @@ class Gateway:
         if tool_grammar not in ("auto", "off"):
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
         self.tool_grammar = tool_grammar
+        self._suffix_batcher: Any = None   # made on first use (encode_suffix_off_loop)
 
     def _persist_end(self, session_id: str, how: str) -> None:
         try:
@@ -109,9 +129,37 @@ class Gateway:
 
     def plan(self, session: Session, request: ChatRequest) -> PromptPlan:
         """The prompt ids, reusing the session's held tokens where the history allows."""
+        staged = self.stage(session, request)
+        return staged.complete(self.encode_suffix(staged.text)) if isinstance(staged, PendingSuffix) else staged
+
+    def stage(self, session: Session, request: ChatRequest) -> PromptPlan | PendingSuffix:
+        """:meth:`plan` but for the tokenization of a new suffix (see :class:`PendingSuffix`)."""
         try:
-            return plan_prompt(self.renderer, session.turns, session.history, request.messages, request.tools,
-                               self.history_policy)
+            return stage_prompt(self.renderer, session.turns, session.history, request.messages, request.tools,
+                                self.history_policy)
+        except Exception as exc:
+            raise RenderError(f"the chat template rejected the conversation: {exc}") from None
+
+    def encode_suffix(self, text: str) -> list[int]:
+        """A :class:`PendingSuffix`'s ids."""
+        try:
+            return self.renderer.encode(text)
+        except Exception as exc:
+            raise RenderError(f"the chat template rejected the conversation: {exc}") from None
+
+    async def encode_suffix_off_loop(self, text: str) -> list[int]:
+        """:meth:`encode_suffix` in the gateway's tokenizing thread, batched with the other
+        sessions' suffixes waiting then (:class:`agent_code.gateway.offload.Batcher`): the
+        tokenizer's batch call lets go of the GIL, so the event loop serves other requests
+        meanwhile, on another core. The same ids as :meth:`encode_suffix`."""
+        if self._suffix_batcher is None:
+            from agent_code.gateway.offload import Batcher
+
+            encode_many = getattr(self.renderer, "encode_many", None) or (
+                lambda texts: [self.renderer.encode(t) for t in texts])
+            self._suffix_batcher = Batcher(encode_many, name="gateway-tokenize")
+        try:
+            return await self._suffix_batcher(text)
         except Exception as exc:
             raise RenderError(f"the chat template rejected the conversation: {exc}") from None
 
@@ -146,9 +194,25 @@ class Gateway:
 
     def prepare(self, session: Session, request: ChatRequest) -> "PreparedTurn":
         """Check the session, render the prompt and settle the sampling (no engine call)."""
+        staged = self.prepare_staged(session, request, defer_chars=None)
+        assert isinstance(staged, PreparedTurn)
+        return staged
+
+    def prepare_staged(self, session: Session, request: ChatRequest, *,
+                       defer_chars: int | None) -> "PreparedTurn | PendingTurn":
+        """:meth:`prepare`; with ``defer_chars``, a turn whose new suffix is at least that long
+        comes back as a :class:`PendingTurn` instead, its tokenization left to the caller (who
+        can run it off the event loop: ``TurnFlow``)."""
         session.check_open()
         t0 = time.perf_counter()
-        plan = self.plan(session, request)
+        staged = self.stage(session, request)
+        if isinstance(staged, PendingSuffix):
+            if defer_chars is not None and len(staged.text) >= defer_chars:
+                return PendingTurn(self, session, request, staged, t0)
+            staged = staged.complete(self.encode_suffix(staged.text))
+        return self._prepared(session, request, staged, t0)
+
+    def _prepared(self, session: Session, request: ChatRequest, plan: PromptPlan, t0: float) -> "PreparedTurn":
         sampling = self.sampling_for(session, request, len(plan.prompt_ids))
         return PreparedTurn(request, plan.prompt_ids, sampling, {"render": time.perf_counter() - t0}, plan)
 

@@ -47,7 +47,7 @@ from starlette.responses import Response, StreamingResponse
 from agent_code.gateway import offload
 from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, json_response,
                                      unless_disconnected)
-from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
+from agent_code.gateway.pipeline import Gateway, PendingTurn, PreparedTurn, TurnOutcome
 from agent_code.gateway.sessions import Session
 from agent_code.parse.incremental import Progress, advance
 from agent_code.protocols.canonical import ChatRequest
@@ -150,6 +150,28 @@ def light_turn(session: Session, body_bytes: int | None) -> bool:
             and 0 <= body_bytes - previous < LIGHT_GROWTH_BYTES and body_bytes < offload.LARGE_BODY_BYTES)
 
 
+OFF_LOOP_SUFFIX_CHARS = 512
+
+
+async def prepare_in_session(gateway: Gateway, session: Session, chat: ChatRequest, light: bool) -> PreparedTurn:
+    """``gateway.prepare`` holding the session's guard: a light turn (:func:`light_turn`) on the
+    loop, as :func:`in_session` would, except that the tokenization of its new suffix, when that
+    is at least :data:`OFF_LOOP_SUFFIX_CHARS` long (a tool result, say), runs in the gateway's
+    tokenizing thread after the guard is let go (``Gateway.encode_suffix_off_loop``): the
+    tokenizer lets go of the GIL, so the loop serves other requests meanwhile (on a second core)
+    instead of waiting for it. A suffix tokenized off the loop gives the very ids it would on
+    it; the held prefix was settled on the loop."""
+    if light and session.guard.acquire(blocking=False):
+        try:
+            turn = gateway.prepare_staged(session, chat, defer_chars=OFF_LOOP_SUFFIX_CHARS)
+        finally:
+            session.guard.release()
+        if isinstance(turn, PendingTurn):
+            turn = turn.complete(await gateway.encode_suffix_off_loop(turn.text))
+        return turn
+    return await offload.run(session.guarded(gateway.prepare), session, chat)
+
+
 async def in_session(session: Session, here: bool, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` holding the session's guard: right here on the loop when ``here`` and the
     guard is free at once (a worker thread may be busy with the session: then the loop does not
@@ -175,7 +197,7 @@ class TurnFlow:
         try:
             async with session.lock:  # in the session's order
                 light = light_turn(session, getattr(request.state, "body_bytes", None))
-                turn = await in_session(session, light, self.gw.prepare, session, chat)
+                turn = await prepare_in_session(self.gw, session, chat, light)
         except Exception as exc:
             return self._error(out, exc, headers)
         if chat.stream:

@@ -256,6 +256,12 @@ def _strictly_equal(a: Any, b: Any) -> bool:
 def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
                   held_ends_with_eot: bool) -> list[int]:
     """Ids the template puts after a held reply: the new messages and the generation prompt."""
+    return renderer.encode(suffix_text(renderer, held_reply, suffix, tools, held_ends_with_eot))
+
+
+def suffix_text(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
+                held_ends_with_eot: bool) -> str:
+    """The text :func:`render_suffix` tokenizes."""
     stand_in = {"role": "assistant", "content": HELD_MARKER}
     if held_reply.get("tool_calls"):
         stand_in["tool_calls"] = held_reply["tool_calls"]
@@ -268,7 +274,7 @@ def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[s
     if end < 0:
         raise SuffixRenderError("the template's rendering has no end of turn after the held reply")
     tail = text[end + len(eot):]
-    return renderer.encode(tail if held_ends_with_eot else eot + tail)
+    return tail if held_ends_with_eot else eot + tail
 
 
 _TAIL_PROBES: dict[int, tuple[Any, bool]] = {}
@@ -316,8 +322,36 @@ def tools_shape_the_tail(renderer: Any) -> bool:
     return shaped
 
 
+@dataclass
+class PendingSuffix:
+    """A ``tokens`` plan that extends a held turn, all but its new suffix's ids: ``text`` (the
+    suffix :func:`render_suffix` tokenizes) is still to be tokenized, and :meth:`complete`
+    then makes the plan. Tokenizing is the one long step of such a turn, and the tokenizer's
+    batch call lets go of the GIL: a gateway can run it off its event loop (see
+    ``Gateway.prepare``)."""
+
+    text: str
+    parent: TurnRecord
+    held: TokenSeq
+    key: bytes
+    held_messages: int
+    notes: list[dict[str, Any]]
+
+    def complete(self, suffix_ids: Sequence[int]) -> PromptPlan:
+        return PromptPlan(self.held.extend(suffix_ids), parent=self.parent.index, prefix_reused=len(self.held),
+                          messages_key=self.key, held_messages=self.held_messages, notes=self.notes)
+
+
 def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
                 messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan:
+    staged = stage_prompt(renderer, turns, history, messages, tools, policy)
+    return staged.complete(renderer.encode(staged.text)) if isinstance(staged, PendingSuffix) else staged
+
+
+def stage_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
+                 messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan | PendingSuffix:
+    """:func:`plan_prompt` up to its last step: a request that extends a held turn comes back as
+    a :class:`PendingSuffix` (its suffix rendered, not yet tokenized), any other as its plan."""
     if policy == "tokens":
         found, key = history.lookup(messages, tools, turns)
         if found is not None:
@@ -325,19 +359,16 @@ def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHist
             held = parent.held()  # shared, never copied
             ends_with_eot = bool(parent.output_ids) and parent.output_ids[-1] in set(renderer.end_of_turn_ids)
             try:
-                suffix = render_suffix(renderer, parent.reply, messages[found[1]:], tools, ends_with_eot)
+                text = suffix_text(renderer, parent.reply, messages[found[1]:], tools, ends_with_eot)
             except SuffixRenderError as exc:
                 plan = _template_plan(renderer, turns, messages, tools)
                 plan.drift.append({"kind": "fallback", "cause": str(exc), "masked": 0})
                 plan.messages_key = key
                 return plan
-            prefix_reused = len(held)
-            prompt = held.extend(suffix)
             echoed = messages[found[1] - 1]
             notes = [] if echoed == parent.reply else echo.differences(
                 parent.reply, echoed, echo.schemas(tools), parent.index)
-            return PromptPlan(prompt, parent=parent.index, prefix_reused=prefix_reused, messages_key=key,
-                              held_messages=found[1], notes=notes)
+            return PendingSuffix(text, parent, held, key, found[1], notes)
         plan = PromptPlan(TokenSeq(renderer.render(messages, tools)), messages_key=key)
         plan.branch_hint = _root_hint(turns, messages, tools)
         return plan
