@@ -423,30 +423,53 @@ def main() -> None:
           f"{args.rounds} round(s); load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
 
-    def rounds(url: str, pid: int | None, label: str) -> None:
-        """The load ``--rounds`` times, then one session alone (the latency without queueing)."""
+    def rounds(url: str, pid: int | None, label: str) -> list[LoadResult]:
+        """The load ``--rounds`` times, then one session alone (the latency without queueing);
+        returns the loaded rounds' results."""
         rss = (lambda: read_rss(pid)) if pid else None
+        results = []
         for i in range(args.rounds):
-            describe(f"{label}, round {i + 1}", asyncio.run(drive(
+            results.append(asyncio.run(drive(
                 url, sessions=args.sessions, concurrency=args.concurrency, **shape, rss=rss,
                 memory_every=args.memory_every, prefix=f"load{i}-{os.getpid()}", pid=pid)))
+            describe(f"{label}, round {i + 1}", results[-1])
         describe(f"{label}, 1 session alone", asyncio.run(drive(
             url, sessions=1, **shape, prefix=f"alone-{os.getpid()}", pid=pid)))
         if pid:
             print(f"  peak RSS: {mib(read_rss(pid, 'VmHWM')).strip()}")
+        return results
 
     if args.url:
         rounds(args.url, args.pid, f"gateway at {args.url}")
         return
+    floor: list[LoadResult] = []
     if not args.no_baseline:
         port = free_port()
         with server_process(floor_argv(port), port) as (url, proc):
-            rounds(url, proc.pid, "floor (parses the JSON, answers a fixed call)")
+            floor = rounds(url, proc.pid, "floor (parses the JSON, answers a fixed call)")
     port = free_port()
     with server_process(gateway_argv(port, tokenizer=tokenizer, trajectory_dir=args.trajectory_dir),
                         port) as (url, proc):
-        rounds(url, proc.pid, "gateway (agent-code serve --engine instant)")
+        gateway = rounds(url, proc.pid, "gateway (agent-code serve --engine instant)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(summary(gateway, floor))
+
+
+def summary(gateway: list[LoadResult], floor: list[LoadResult]) -> str:
+    """The acceptance figures over the loaded rounds: the gateway's CPU per turn (target at most
+    3 ms) and its throughput as a multiple of the floor's, measured in the same run (target at
+    least 0.4x)."""
+    def rate(results: list[LoadResult]) -> float:
+        return statistics.mean(r.turns_per_s for r in results) if results else 0.0
+
+    turns = sum(r.turns_ok for r in gateway)
+    cpu = sum(r.server_cpu_s or 0.0 for r in gateway) / turns if turns else 0.0
+    line = f"gateway CPU per turn {cpu * 1000:.2f} ms (target <= 3 ms); throughput: gateway {rate(gateway):.0f} turns/s"
+    if floor and rate(floor):
+        ratio = rate(gateway) / rate(floor)
+        line += (f" = {ratio:.2f}x the floor's {rate(floor):.0f} turns/s (target >= 0.4x: "
+                 f"{'met' if ratio >= 0.4 else 'not met'})")
+    return line
 
 
 if __name__ == "__main__":

@@ -54,3 +54,19 @@ def test_load_generator_against_the_gateway_and_the_floor():
     with load.server_process(load.floor_argv(port), port) as (url, _):
         for protocol in load.PROTOCOLS:
             check(asyncio.run(load.drive(url, sessions=2, turns=2, protocol=protocol)), 2, 2, samples=False)
+
+
+def test_the_summary_states_cpu_per_turn_and_the_throughput_ratio_to_the_floor():
+    load = load_module()
+
+    def result(turns: int, wall: float, cpu: float | None) -> object:
+        r = load.LoadResult(sessions=1, turns_per_session=turns, wall_s=wall, turns_ok=turns)
+        r.server_cpu_s = cpu
+        return r
+
+    line = load.summary([result(1000, 2.0, 1.5)], [result(1000, 0.5, 0.4)])
+    assert "gateway CPU per turn 1.50 ms (target <= 3 ms)" in line
+    assert "gateway 500 turns/s = 0.25x the floor's 2000 turns/s (target >= 0.4x: not met)" in line
+    assert "0.50x the floor's 1000 turns/s (target >= 0.4x: met)" in load.summary(
+        [result(1000, 2.0, 1.5)], [result(1000, 1.0, 0.4)])
+    assert "x the floor" not in load.summary([result(1000, 2.0, 1.5)], [])
