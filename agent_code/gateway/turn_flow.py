@@ -239,9 +239,17 @@ class TurnFlow:
                 forget_turn(session, index)
                 raise NotRecorded(exc) from exc
 
-        # shielded: once begun, the record is written whole (or not at all) even if the client goes
-        # away now. With no turn log there is nothing to write: a few microseconds of bookkeeping.
-        record = await asyncio.shield(in_session(session, self.gw.turn_log is None, commit))
+        # With no turn log there is nothing to write: a few microseconds of bookkeeping, done here
+        # at once when no worker thread holds the session (no await: nothing can interrupt it).
+        # Else shielded: once begun, the record is written whole (or not at all) even if the
+        # client goes away now.
+        if self.gw.turn_log is None and session.guard.acquire(blocking=False):
+            try:
+                record = commit()
+            finally:
+                session.guard.release()
+        else:
+            record = await asyncio.shield(in_session(session, False, commit))
         if after_commit is not None:
             after_commit(session, record)
         return record

@@ -389,10 +389,27 @@ class TranslationMemo:
     wire: tuple = ()                     # the wire messages ...
     scalars: tuple = ()                  # ... their number/bool/null places
     out: tuple = ()                      # ... and (canonical messages, notes) for each
+    flat: tuple = ()                     # every wire message's canonical messages, in order ...
+    flat_ends: tuple = ()                # ... where each wire message's end in ``flat``
+    flat_notes: tuple = ()               # the same for their notes
+    notes_ends: tuple = ()
 
 
 def _same(value: Any, held: Any, paths: Any) -> bool:
     return value is held or (value == held and same_scalar_types(value, paths))
+
+
+def _held_run(wire_messages: list[Any], held: TranslationMemo) -> int:
+    """How many leading wire messages are :func:`_same` as the memo's: one ``==`` over all the
+    memo holds (in C), then the number/bool/null places of those that have any. 0 when that
+    ``==`` fails anywhere: then every message goes through :func:`_same` on its own."""
+    k = min(len(wire_messages), len(held.wire))
+    if not k or tuple(wire_messages[:k]) != held.wire[:k]:
+        return 0
+    for i, paths in enumerate(held.scalars[:k]):
+        if paths and not same_scalar_types(wire_messages[i], paths):
+            return i
+    return k
 
 
 def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
@@ -417,7 +434,11 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
         system_out = ({"role": "system", "content": system},) if system else ()
     messages.extend(system_out)
     notes.extend(system_notes)
-    folds = any(isinstance(m, dict) and m.get("role") == "system" for m in wire_messages)
+    held = memo if memo is not None else TranslationMemo()
+    # the memo's leading run (see _held_run): its messages are ``==`` to a request's that had
+    # no system message among them, so only the rest can hold one
+    k = _held_run(wire_messages, held)
+    folds = any(isinstance(m, dict) and m.get("role") == "system" for m in wire_messages[k:])
     new_memo: TranslationMemo | None = None
     if folds:   # mid-list system messages fold into their neighbours: translated whole, no memo
         for role, blocks in _fold_system_messages(wire_messages, notes):
@@ -426,9 +447,15 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
             else:
                 messages.append(_assistant_message(blocks, notes, signer))
     else:
-        held = memo if memo is not None and not folds else TranslationMemo()
-        scalars, outs = [], []
-        for i, message in enumerate(wire_messages):
+        # the memo's leading run at once, then message by message (the memo's where _same)
+        scalars, outs = list(held.scalars[:k]), list(held.out[:k])
+        first, first_note = len(messages), len(notes)
+        if k:
+            messages.extend(held.flat[:held.flat_ends[k - 1]])
+            notes.extend(held.flat_notes[:held.notes_ends[k - 1]])
+        flat_ends, notes_ends = list(held.flat_ends[:k]), list(held.notes_ends[:k])
+        for i in range(k, len(wire_messages)):
+            message = wire_messages[i]
             if i < len(held.wire) and _same(message, held.wire[i], held.scalars[i]):
                 paths, out = held.scalars[i], held.out[i]
             else:
@@ -437,8 +464,12 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
             outs.append(out)
             messages.extend(out[0])
             notes.extend(out[1])
+            flat_ends.append(len(messages) - first)
+            notes_ends.append(len(notes) - first_note)
         new_memo = TranslationMemo(system=wire_system, system_out=(system_out, tuple(system_notes)),
-                                   wire=tuple(wire_messages), scalars=tuple(scalars), out=tuple(outs))
+                                   wire=tuple(wire_messages), scalars=tuple(scalars), out=tuple(outs),
+                                   flat=tuple(messages[first:]), flat_ends=tuple(flat_ends),
+                                   flat_notes=tuple(notes[first_note:]), notes_ends=tuple(notes_ends))
 
     wire_tools = body.get("tools")
     if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars):
