@@ -105,13 +105,16 @@ def test_encode_many_gives_each_text_its_own_ids():
     assert renderer.encode_many(texts[:1]) == [renderer.encode(texts[0])]
 
 
-def test_long_suffixes_tokenized_off_the_loop_give_the_prompt_a_full_render_gives(tmp_path):
+def test_long_suffixes_tokenized_off_the_loop_give_the_prompt_a_full_render_gives(tmp_path, monkeypatch):
     """Turns whose new tool results are long (their suffix is tokenized in the gateway's
     tokenizing thread, several sessions at once) are prompted exactly as a full render of the
     conversation would prompt them."""
     import asyncio
 
+    from agent_code.gateway import turn_flow
     from agent_code.gateway.turn_flow import OFF_LOOP_SUFFIX_CHARS
+
+    monkeypatch.setattr(turn_flow, "OFF_LOOP_MIN_ANSWERING", 1)   # off the loop even when alone
 
     renderer = qwen3_renderer()
     call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
@@ -145,3 +148,27 @@ def test_long_suffixes_tokenized_off_the_loop_give_the_prompt_a_full_render_give
             for record in records:
                 assert record.parent == (record.index - 1 if record.index else None)
                 assert record.prompt_ids.tolist() == renderer.render(record.messages, record.tools)
+
+
+def test_a_request_alone_tokenizes_its_suffix_on_the_loop(tmp_path):
+    """The thread hop gains nothing when no other request is being answered: a lone session's
+    suffixes are tokenized right on the loop (the tokenizing thread is never started)."""
+    renderer = qwen3_renderer()
+    call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+    tools = [{"name": "read_file", "description": "Read a file.",
+              "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    with scripted_gateway(tmp_path, [{"text": call}] * 3, renderer) as (url, gateway), \
+            httpx.Client(base_url=url, timeout=60) as client:
+        messages: list = [{"role": "user", "content": "Read a.py."}]
+        for t in range(3):
+            r = client.post("/v1/messages", headers={"x-api-key": "alone"}, json={
+                "model": "m", "max_tokens": 64, "tools": tools, "messages": messages})
+            assert r.status_code == 200, r.text
+            content = r.json()["content"]
+            messages += [{"role": "assistant", "content": content}, {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b["id"], "content": "x = 1\n" * 400}
+                for b in content if b["type"] == "tool_use"]}]
+        assert gateway._suffix_batcher is None
+        records = gateway.store.get("alone").turns
+        assert [r.parent for r in records] == [None, 0, 1]
+        assert all(r.prompt_ids.tolist() == renderer.render(r.messages, r.tools) for r in records)

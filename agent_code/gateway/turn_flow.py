@@ -151,19 +151,23 @@ def light_turn(session: Session, body_bytes: int | None) -> bool:
 
 
 OFF_LOOP_SUFFIX_CHARS = 512
+OFF_LOOP_MIN_ANSWERING = 2   # requests being answered at once for the loop to count as busy
 
 
-async def prepare_in_session(gateway: Gateway, session: Session, chat: ChatRequest, light: bool) -> PreparedTurn:
+async def prepare_in_session(gateway: Gateway, session: Session, chat: ChatRequest, light: bool,
+                             busy: bool = True) -> PreparedTurn:
     """``gateway.prepare`` holding the session's guard: a light turn (:func:`light_turn`) on the
-    loop, as :func:`in_session` would, except that the tokenization of its new suffix, when that
-    is at least :data:`OFF_LOOP_SUFFIX_CHARS` long (a tool result, say), runs in the gateway's
-    tokenizing thread after the guard is let go (``Gateway.encode_suffix_off_loop``): the
-    tokenizer lets go of the GIL, so the loop serves other requests meanwhile (on a second core)
-    instead of waiting for it. A suffix tokenized off the loop gives the very ids it would on
-    it; the held prefix was settled on the loop."""
+    loop, as :func:`in_session` would, except that, when the loop is ``busy`` (other requests
+    are being answered), the tokenization of its new suffix, when that is at least
+    :data:`OFF_LOOP_SUFFIX_CHARS` long (a tool result, say), runs in the gateway's tokenizing
+    thread after the guard is let go (``Gateway.encode_suffix_off_loop``): the tokenizer lets go
+    of the GIL, so the loop serves the other requests meanwhile (on a second core) instead of
+    waiting for it. (A request alone gains nothing from the thread hop, so it tokenizes right
+    here.) A suffix tokenized off the loop gives the very ids it would on it; the held prefix
+    was settled on the loop."""
     if light and session.guard.acquire(blocking=False):
         try:
-            turn = gateway.prepare_staged(session, chat, defer_chars=OFF_LOOP_SUFFIX_CHARS)
+            turn = gateway.prepare_staged(session, chat, defer_chars=OFF_LOOP_SUFFIX_CHARS if busy else None)
         finally:
             session.guard.release()
         if isinstance(turn, PendingTurn):
@@ -188,16 +192,25 @@ class TurnFlow:
     def __init__(self, gateway: Gateway, *, ping_interval_s: float = 5.0) -> None:
         self.gw = gateway
         self.ping_interval_s = ping_interval_s
+        self.answering = 0   # requests in answer() now (their JSON replies not yet built)
 
     async def answer(self, request: Request, session: Session, chat: ChatRequest, out: WayOut, *,
                      started: float, after_commit: AfterCommit | None = None) -> Response:
+        self.answering += 1
+        try:
+            return await self._answer(request, session, chat, out, started=started, after_commit=after_commit)
+        finally:
+            self.answering -= 1
+
+    async def _answer(self, request: Request, session: Session, chat: ChatRequest, out: WayOut, *,
+                      started: float, after_commit: AfterCommit | None) -> Response:
         if chat.notes:
             log.debug("%s request for session %s: %s", out.protocol, session.id, "; ".join(chat.notes))
         headers = reply_headers(session, chat)
         try:
             async with session.lock:  # in the session's order
                 light = light_turn(session, getattr(request.state, "body_bytes", None))
-                turn = await prepare_in_session(self.gw, session, chat, light)
+                turn = await prepare_in_session(self.gw, session, chat, light, busy=self.answering >= OFF_LOOP_MIN_ANSWERING)
         except Exception as exc:
             return self._error(out, exc, headers)
         if chat.stream:
