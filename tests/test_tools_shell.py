@@ -59,6 +59,23 @@ def test_stdin_is_empty_and_signals_are_named(bash):
     assert bash("kill -SEGV $$").content.endswith("[killed by SIGSEGV]")
 
 
+def test_a_command_that_closes_its_output_before_it_ends_is_not_reported_killed(bash):
+    # the pipe's end of file is not the command's end: programs close stdout and stderr on
+    # their way out (coreutils' close_stdout), and a SIGKILL sent to the group in that window
+    # reported a finished `ls` as "[killed by SIGKILL]"; widened here to half a second
+    result = bash("echo done; exec >&- 2>&-; sleep 0.5; exit 4")
+    assert result.content == "done\n[exit code: 4]"
+    assert bash("exec >&- 2>&-; sleep 0.3").content == "(no output)\n[exit code: 0]"
+
+
+def test_a_command_that_closes_its_output_still_times_out(bash):
+    started = time.monotonic()
+    result = bash("echo before; exec >&- 2>&-; sleep 60", timeout=1)
+    assert result.is_error and result.content.startswith("before\n")
+    assert "[timed out after 1 s" in result.content
+    assert time.monotonic() - started < 10
+
+
 def test_timeout_kills_the_whole_group(bash, tmp_path):
     pidfile = tmp_path / "child.pid"
     started = time.monotonic()

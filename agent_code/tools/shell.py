@@ -197,6 +197,14 @@ def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str])
         proc.stdout.close()
         proc.wait()
         raise
+    if not timed_out and proc.poll() is None:
+        # the pipe closed before the command ended (a program closes its output on the way out,
+        # or `exec >&-`): the command still runs until it exits or the deadline, and is not
+        # killed mid-exit (which reported a finished `ls` as killed by SIGKILL)
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            timed_out = True
     _kill_group(proc.pid)  # leftovers (`cmd &`) do not outlive the call
     proc.stdout.close()
     status = proc.wait()
