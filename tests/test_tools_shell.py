@@ -68,6 +68,15 @@ def test_a_command_that_closes_its_output_before_it_ends_is_not_reported_killed(
     assert bash("exec >&- 2>&-; sleep 0.3").content == "(no output)\n[exit code: 0]"
 
 
+def test_a_command_that_sends_its_output_elsewhere_is_waited_for_too(bash, tmp_path):
+    # the next spelling: the pipe's writers redirected away (not closed), and a background job
+    # started after it: the command's own status is reported, and the job goes with the call
+    pidfile = tmp_path / "child.pid"
+    result = bash(f"echo first; exec >/dev/null 2>&1; sleep 60 & echo $! > {pidfile}; sleep 0.4; exit 5")
+    assert result.content == "first\n[exit code: 5]"
+    assert wait_gone(int(pidfile.read_text())), "the background job outlived the call"
+
+
 def test_a_command_that_closes_its_output_still_times_out(bash):
     started = time.monotonic()
     result = bash("echo before; exec >&- 2>&-; sleep 60", timeout=1)

@@ -88,3 +88,24 @@ def test_a_changed_request_translates_or_fails_as_it_does_alone(change):
     same(chat, alone)
     if any(m.get("role") == "system" for m in changed["messages"] if isinstance(m, dict)):
         assert next_memo is None
+
+
+@pytest.mark.parametrize("change", [0, 1, 3])
+def test_a_memo_made_from_a_memo_after_a_change_still_translates_as_alone(change):
+    """The memo's leading run is copied from the memo before it (its flat messages and their
+    ends): a change in the middle of request 2, then request 3 extending request 2, with the
+    memos chained, translates each as it does alone (the run's ends must follow the change)."""
+    rng = random.Random(10 + change)
+    body = conversation(8, rng)
+    body["messages"][1]["content"][-1]["input"]["timeout"] = 30
+    body["messages"][2]["content"][0]["is_error"] = False
+    first = copy.deepcopy(dict(body, messages=body["messages"][:9]))
+    _, memo = translate_request_memo(copy.deepcopy(first))
+    second = copy.deepcopy(first)
+    CHANGES[change](second)
+    chat, memo = translate_request_memo(copy.deepcopy(second), memo=memo)
+    same(chat, translate_request(copy.deepcopy(second)))
+    third = copy.deepcopy(second)
+    third["messages"] += copy.deepcopy(body["messages"][9:])
+    chat, _ = translate_request_memo(copy.deepcopy(third), memo=memo)
+    same(chat, translate_request(copy.deepcopy(third)))

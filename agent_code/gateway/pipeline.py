@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from agent_code.engines.base import Engine, EngineError, Generation, stream_generation
 from agent_code.gateway.grammar import tool_call_grammar
+from agent_code.gateway.offload import Batcher
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.parse import detect_parsers, parse_completion
 from agent_code.parse.incremental import Progress, certain
@@ -108,7 +109,7 @@ class Gateway:
         if tool_grammar not in ("auto", "off"):
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
         self.tool_grammar = tool_grammar
-        self._suffix_batcher: Any = None   # made on first use (encode_suffix_off_loop)
+        self._suffix_batcher: Batcher[str, list[int]] | None = None   # made on first use (encode_suffix_off_loop)
 
     def _persist_end(self, session_id: str, how: str) -> None:
         try:
@@ -129,7 +130,10 @@ class Gateway:
 
     def plan(self, session: Session, request: ChatRequest) -> PromptPlan:
         """The prompt ids, reusing the session's held tokens where the history allows."""
-        staged = self.stage(session, request)
+        return self._completed(self.stage(session, request))
+
+    def _completed(self, staged: PromptPlan | PendingSuffix) -> PromptPlan:
+        """A staged plan with its suffix tokenized here (:meth:`encode_suffix`) when it has one."""
         return staged.complete(self.encode_suffix(staged.text)) if isinstance(staged, PendingSuffix) else staged
 
     def stage(self, session: Session, request: ChatRequest) -> PromptPlan | PendingSuffix:
@@ -153,8 +157,6 @@ class Gateway:
         tokenizer's batch call lets go of the GIL, so the event loop serves other requests
         meanwhile, on another core. The same ids as :meth:`encode_suffix`."""
         if self._suffix_batcher is None:
-            from agent_code.gateway.offload import Batcher
-
             encode_many = getattr(self.renderer, "encode_many", None) or (
                 lambda texts: [self.renderer.encode(t) for t in texts])
             self._suffix_batcher = Batcher(encode_many, name="gateway-tokenize")
@@ -206,11 +208,9 @@ class Gateway:
         session.check_open()
         t0 = time.perf_counter()
         staged = self.stage(session, request)
-        if isinstance(staged, PendingSuffix):
-            if defer_chars is not None and len(staged.text) >= defer_chars:
-                return PendingTurn(self, session, request, staged, t0)
-            staged = staged.complete(self.encode_suffix(staged.text))
-        return self._prepared(session, request, staged, t0)
+        if isinstance(staged, PendingSuffix) and defer_chars is not None and len(staged.text) >= defer_chars:
+            return PendingTurn(self, session, request, staged, t0)
+        return self._prepared(session, request, self._completed(staged), t0)
 
     def _prepared(self, session: Session, request: ChatRequest, plan: PromptPlan, t0: float) -> "PreparedTurn":
         sampling = self.sampling_for(session, request, len(plan.prompt_ids))
