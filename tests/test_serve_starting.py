@@ -178,3 +178,15 @@ def test_settle_heap_freezes_the_start_up_heap_and_collects_young_objects_less_o
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_serve_choices_list_what_the_gateway_knows():
+    """The --history-policy and --reward-policy choices are spelled out in cli/serve.py (for
+    the type checker): they must be exactly the policies the gateway knows."""
+    from agent_code.cli.serve import HistoryPolicy, RewardPolicy, SessionsMode
+    from agent_code.trajectory.history import POLICIES
+    from agent_code.trajectory.samples import REWARD_POLICIES
+
+    assert [p.value for p in HistoryPolicy] == list(POLICIES)
+    assert [p.value for p in RewardPolicy] == list(REWARD_POLICIES)
+    assert [p.value for p in SessionsMode] == ["auto", "explicit"]

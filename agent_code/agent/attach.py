@@ -103,7 +103,7 @@ def _settings_policy(root: Path) -> "PermissionPolicy | None":
     """A policy with the deny and ask rules of every version of the settings files that a
     session may use (module doc); None when nothing may be attached."""
     from agent_code.agent.settings import current_settings, merge_settings, parse_settings_text, trust_store
-    from agent_code.policy import PermissionPolicy, RuleSet
+    from agent_code.policy import PermissionMode, PermissionPolicy, RuleSet
 
     try:
         store = trust_store()
@@ -123,7 +123,7 @@ def _settings_policy(root: Path) -> "PermissionPolicy | None":
                 rules += [r for r in merged.rules.rules if r.behavior in ("deny", "ask")]
     except Exception:  # a settings file that cannot be read could hold a deny rule: attach nothing
         return None
-    return PermissionPolicy("default", rules=RuleSet(rules), root=root)
+    return PermissionPolicy(PermissionMode.DEFAULT, rules=RuleSet(rules), root=root)
 
 
 def _reads_allowed(root: Path, policy: "PermissionPolicy | None") -> Callable[[str], bool] | None:

@@ -242,7 +242,8 @@ def fallback_summary(messages: list[Message], limit: int = 6_000) -> str:
                 else:
                     requests.append(_short(str(b["text"]), 2_000))
             elif b.get("type") == "tool_use":
-                inp = b.get("input") if isinstance(b.get("input"), dict) else {}
+                inp = b.get("input")
+                inp = inp if isinstance(inp, dict) else {}
                 target = inp.get("path") or inp.get("command") or inp.get("pattern") or inp.get("description") or ""
                 calls.append(f"{b.get('name')} {_short(str(target), 120)}".strip())
     text = "(The model could not summarize; this is a mechanical record.)\nUser messages:\n"

@@ -208,10 +208,10 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
     parsed: dict[str, dict[str, Any] | None] = {}
     home_dir = _real(home or Path.home())
     for f in files:
-        parsed[f.key] = parse_settings_text(f.text, f.label)
-        if parsed[f.key] is not None:
-            merge_settings([(f.label, parsed[f.key])])  # check rules, mode and hooks now
-            f.scripts = hook_scripts(parsed[f.key], _real(Path(root)), home_dir)
+        parsed[f.key] = data = parse_settings_text(f.text, f.label)
+        if data is not None:
+            merge_settings([(f.label, data)])  # check rules, mode and hooks now
+            f.scripts = hook_scripts(data, _real(Path(root)), home_dir)
     store = trust_store(home)
     evidence = None
     if project_ran_before(root, current_session):
@@ -354,7 +354,9 @@ def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli
         path = getattr(session, "path", None)
         return {"session_id": getattr(session, "id", None), "transcript_path": str(path) if path else None}
 
-    hooks = Hooks(settings.hooks, Path(root), session=session_info, **({"report": report} if report else {}))
+    hooks = Hooks(settings.hooks, Path(root), session=session_info)
+    if report:
+        hooks.report = report
     if hooks.config.get("PreToolUse"):
         policy.pre_tool_use = hooks.pre_tool_use
     if hooks.config.get("PostToolUse"):

@@ -317,6 +317,11 @@ def _short(value: Any, limit: int = 600) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit} more characters)"
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def summarize(old_text: str | None, new_text: str | None) -> list[str]:
     """The differences that matter between two versions of a settings file: the
     ``permissions`` rules and ``defaultMode``, the ``hooks`` (each command added or
@@ -326,8 +331,7 @@ def summarize(old_text: str | None, new_text: str | None) -> list[str]:
         return ["(the new version is not a valid settings file)"]
     old, new = old or {}, new or {}
     lines: list[str] = []
-    old_p = old.get("permissions") if isinstance(old.get("permissions"), dict) else {}
-    new_p = new.get("permissions") if isinstance(new.get("permissions"), dict) else {}
+    old_p, new_p = _mapping(old.get("permissions")), _mapping(new.get("permissions"))
     if old_p.get("defaultMode") != new_p.get("defaultMode"):
         lines.append(f"permissions.defaultMode: {_short(old_p.get('defaultMode') or '(unset)')} → "
                      f"{_short(new_p.get('defaultMode') or '(unset)')}")
@@ -336,8 +340,7 @@ def summarize(old_text: str | None, new_text: str | None) -> list[str]:
         after = [_short(r) for r in new_p.get(behavior, [])] if isinstance(new_p.get(behavior), list) else []
         lines += [f"permissions.{behavior}: + {r}" for r in after if r not in before]
         lines += [f"permissions.{behavior}: - {r}" for r in before if r not in after]
-    old_h = old.get("hooks") if isinstance(old.get("hooks"), dict) else {}
-    new_h = new.get("hooks") if isinstance(new.get("hooks"), dict) else {}
+    old_h, new_h = _mapping(old.get("hooks")), _mapping(new.get("hooks"))
     for event in sorted(set(old_h) | set(new_h)):
         before = _hook_lines(old_h.get(event))
         after = _hook_lines(new_h.get(event))

@@ -141,7 +141,7 @@ def check(args: argparse.Namespace) -> int:
         mode, mode_source = settings.default_mode, "defaultMode in the settings"
     else:
         mode, mode_source = "default", "no --mode or defaultMode"
-    policy = PermissionPolicy(mode, rules=RuleSet(list(settings.rules.rules)), root=root)  # type: ignore[arg-type]
+    policy = PermissionPolicy(mode, rules=RuleSet(list(settings.rules.rules)), root=root)
     arguments = {"command": text} if tool.kind == "execute" else {"path": text}
     explained = policy.explain(tool, arguments)
     hooks = bool(settings.hooks.get("PreToolUse"))

@@ -171,7 +171,7 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
         counts["solved"] += result.solved
         counts["aborted"] += bool(result.abort_reason)
         last = rollout_line(result)
-        progress.update(bar, advance=1, last=last, **counts)
+        progress.update(bar, advance=1, last=last, solved=counts["solved"], aborted=counts["aborted"])
         if not err.is_terminal:  # a log, not a terminal: one line per rollout instead of a live bar
             done = int(progress.tasks[0].completed)
             err.print(f"[{done}/{progress.tasks[0].total:g}] {last} · {result.turns} turns · "

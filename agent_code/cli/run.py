@@ -173,7 +173,7 @@ def run(
     except Exception as exc:  # a local engine that cannot start (model missing, ...)
         fail(f"{provider.value} provider: {exc}")
     session = None
-    if resumed is not None:
+    if resumed is not None and resumed_path is not None:
         session = SessionLog.reopen(resumed_path, resumed.id)
     elif not no_session_persistence:
         try:

@@ -21,15 +21,25 @@ from typing import Any, Optional
 import typer
 
 from agent_code.engines import ENGINE_SPECS
-from agent_code.trajectory.history import POLICIES
-from agent_code.trajectory.samples import REWARD_POLICIES
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 # choices, so --help lists them and a bad value is refused (exit 2) with the list
-SessionsMode = Enum("SessionsMode", {name: name for name in ("auto", "explicit")}, type=str)
-HistoryPolicy = Enum("HistoryPolicy", {name: name for name in POLICIES}, type=str)
-RewardPolicy = Enum("RewardPolicy", {name: name for name in REWARD_POLICIES}, type=str)
+# (spelled out for the type checker; tests/test_serve_starting.py checks they list POLICIES and
+# REWARD_POLICIES)
+class SessionsMode(str, Enum):
+    AUTO = "auto"
+    EXPLICIT = "explicit"
+
+
+class HistoryPolicy(str, Enum):
+    TOKENS = "tokens"
+    TEMPLATE = "template"
+
+
+class RewardPolicy(str, Enum):
+    FULL = "full"
+    SPLIT = "split"
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -112,9 +122,9 @@ def serve(
     from agent_code.gateway.starting import StartingApp
 
     admin_token = admin_token or None  # an empty variable is no token
-    sessions, history_policy, reward_policy = sessions.value, history_policy.value, reward_policy.value
+    mode, history, rewards = sessions.value, history_policy.value, reward_policy.value
     problem = bind_problem(host, admin_token)
-    if problem is None and sessions == "explicit" and not admin_token:
+    if problem is None and mode == "explicit" and not admin_token:
         problem = ("--sessions explicit needs an admin token (--admin-token TOKEN or AGENT_CODE_ADMIN_TOKEN): "
                    "without one, any agent could finish its own session with the reward it likes")
     if problem is not None:
@@ -132,15 +142,15 @@ def serve(
     def build() -> Any:  # in a thread, while /healthz already answers (gateway/starting.py)
         gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model_name, tool_parser=tool_parser,
                                 reasoning_parser=reasoning_parser, max_turns=max_turns,
-                                max_context_tokens=max_context, history_policy=history_policy,
-                                trajectory_dir=trajectory_dir, reward_policy=reward_policy,
+                                max_context_tokens=max_context, history_policy=history,
+                                trajectory_dir=trajectory_dir, reward_policy=rewards,
                                 max_sessions=max_sessions, max_in_flight=max_in_flight,
-                                open_on_first_use=sessions == "auto")
+                                open_on_first_use=mode == "auto")
         app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
         print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
               f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on {url} "
               f"(Anthropic /v1/messages, OpenAI /v1/chat/completions and /v1/responses); "
-              f"sessions {sessions}; session management "
+              f"sessions {mode}; session management "
               f"{'needs the admin token' if admin_token else 'open (loopback, no admin token)'}",
               file=sys.stderr, flush=True)
         settle_heap()   # the start-up heap, built: out of the collector's way (gateway/server.py)

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent_code.cli import main
+
+if TYPE_CHECKING:
+    from agent_code.demo.calibrate import Calibration
 
 ROLLOUT_SCRIPT = Path(__file__).resolve().parent / "rollout_script.jsonl"
 # the model on two CPU cores: a few turns each, so the whole set ends in minutes
@@ -55,7 +59,7 @@ def _option(args: list[str], name: str) -> str | None:
     return found
 
 
-def calibrated_args(args: list[str], tasks: int) -> tuple[list[str], object | None]:
+def calibrated_args(args: list[str], tasks: int) -> tuple[list[str], Calibration | None]:
     """``args`` with the budget and group size the calibration gives (where not given), and
     the calibration (None when it could not run: the rollout then says what is wrong)."""
     from agent_code.demo.calibrate import calibrate

@@ -140,6 +140,7 @@ class HFEngine:
                     return {"ids": [], "logprobs": [], "finish": "abort"}
                 chunk = torch.tensor([prompt_ids[start:start + self.prefill_chunk]], device=self.device)
                 past, logits = self._forward(model, chunk, past, last_only=True)
+            assert logits is not None  # an empty prompt was refused before (generate)
             for _ in range(int(sampling.max_new_tokens)):
                 if cancel.is_set():
                     self.aborted += 1

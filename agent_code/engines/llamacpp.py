@@ -306,7 +306,10 @@ class LlamaCppEngine:
         woken = asyncio.Event()
         if pieces:
             loop = asyncio.get_running_loop()
-            run.notify = lambda: loop.call_soon_threadsafe(woken.set)
+
+            def notify() -> None:
+                loop.call_soon_threadsafe(woken.set)
+            run.notify = notify
         self._inflight.add(run.cancel)
         done = asyncio.wrap_future(self._pool.submit(self._run, body, run))
         sent = 0
@@ -314,7 +317,8 @@ class LlamaCppEngine:
             while not done.done():
                 wake = asyncio.ensure_future(woken.wait())
                 try:
-                    await asyncio.wait({done, wake}, return_when=asyncio.FIRST_COMPLETED)
+                    waiting: set[asyncio.Future[Any]] = {done, wake}
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     wake.cancel()
                 woken.clear()

@@ -315,4 +315,5 @@ def _stop_cut(renderer: Any, ids: list[int], stops: Sequence[str]) -> tuple[int,
             low = mid + 1
         else:
             high = mid
-    return low, hit(low)
+    found = hit(low)
+    return (low, found) if found is not None else None

@@ -20,6 +20,7 @@ and raises its open-file limit to the hard limit, capping ``max_connections`` be
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import resource
@@ -67,9 +68,9 @@ def protocol_class(limits: ConnectionLimits) -> type:
     closing: set[Any] = set()
 
     class GuardedH11Protocol(H11Protocol):
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._guard_timer = None
+            self._guard_timer: asyncio.TimerHandle | None = None
             self._opened = self.loop.time()
             self._arm(None)
             over = len(self.connections) - len(closing) - limits.max_connections
@@ -138,6 +139,7 @@ class RequestCap:
 async def _overloaded(scope: dict, send: Any, limit: int) -> None:
     message = (f"the gateway is answering {limit} requests at once, its limit (--max-requests); "
                "retry in a moment")
+    body: dict[str, Any]
     if scope.get("path", "").startswith(OPENAI_PATHS):
         body = {"error": {"message": message, "type": "server_error", "param": None, "code": "overloaded"}}
     else:

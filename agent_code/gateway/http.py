@@ -22,7 +22,6 @@ from starlette.responses import Response
 
 from agent_code.engines.base import EngineError
 from agent_code.gateway.pipeline import RenderError
-from agent_code.gateway.sessions import SessionError
 
 log = logging.getLogger("agent_code.gateway")
 T = TypeVar("T")
@@ -100,6 +99,7 @@ def _no_constant(name: str) -> Any:
     raise _NotFinite(f"{name} is not a JSON value")
 
 
+orjson: Any
 try:
     import orjson
 except ImportError:  # pragma: no cover - a dependency; the standard library path below suffices
@@ -242,7 +242,7 @@ def as_http_error(exc: BaseException) -> HttpError:
         return exc
     status = getattr(exc, "status", None)
     kind = getattr(exc, "kind", None)
-    if isinstance(exc, SessionError) or (isinstance(status, int) and isinstance(kind, str)):
+    if isinstance(status, int) and isinstance(kind, str):  # a SessionError, or any error that says both
         return HttpError(status, kind, str(exc), param=getattr(exc, "param", None), code=getattr(exc, "code", None))
     if isinstance(exc, RenderError):
         return HttpError(400, "invalid_request_error", str(exc))

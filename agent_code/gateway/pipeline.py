@@ -335,10 +335,10 @@ class Gateway:
                          "the held ids were kept", session.id, record.index, note["turn"], note["tool"],
                          "; ".join(note["rewrites"]) or "no known rewrite")
         session.turns.append(record)
-        shared = plan is not None and plan.parent is not None and plan.held_messages > 0
+        shared = plan if plan is not None and plan.parent is not None and plan.held_messages > 0 else None
         session.history.add(record, plan.messages_key if plan is not None else None,
-                             (plan.held_messages - 1, outcome.request.messages[plan.held_messages - 1])
-                             if shared else None)
+                             (shared.held_messages - 1, outcome.request.messages[shared.held_messages - 1])
+                             if shared is not None else None)
         if self.turn_log is not None:
             parent_record = session.turns[record.parent] if record.parent is not None else None
             self.turn_log.append(record, parent_record)

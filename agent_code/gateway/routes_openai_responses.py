@@ -52,7 +52,7 @@ class ResponsesReply:
 
     def progress(self, news: list[tuple[str, str]]) -> list[bytes]:
         """Content deltas for what became certain during the generation."""
-        events = []
+        events: list[tuple[str, dict[str, Any]]] = []
         for kind, piece in news:
             events += (self.writer.reasoning_done(piece, self.signer) if kind == "reasoning_done"
                        else getattr(self.writer, kind)(piece))

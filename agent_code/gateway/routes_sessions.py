@@ -73,7 +73,7 @@ class SessionRoutes:
                 if kind is None:
                     raise HttpError(400, "invalid_request_error",
                                     f"unknown field '{key}' (allowed: {', '.join(SESSION_FIELDS)})")
-                if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+                if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < 1):
                     raise HttpError(400, "invalid_request_error", f"'{key}' must be a {kind.__name__}"
                                     + (" of at least 1" if kind is int else ""))
             check_sampling(body.get("sampling") or {})

@@ -39,6 +39,8 @@ class StartingApp:
         ready = self._ready = loop.create_future()
 
         def run() -> None:
+            done: Callable[[Any], None]
+            result: Any
             try:
                 app = build()
             except BaseException as exc:  # noqa: BLE001  (handed to the loop, which re-raises it)
@@ -87,6 +89,7 @@ class StartingApp:
             await self.app(scope, receive, send)
             return
         message = f"the gateway failed to start: {self.error}" if self.error else "the gateway is starting"
+        body: dict[str, Any]
         if path.startswith(OPENAI_PATHS):
             body = {"error": {"message": message, "type": "server_error", "param": None, "code": "unavailable"}}
         else:

@@ -21,13 +21,14 @@ the call runs on the loop and its result (or failure) comes back as a plain valu
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import tempfile
 import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from agent_code.mcp.config import ServerConfig
 
@@ -167,9 +168,10 @@ class McpManager:
         if config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
 
+            create_mcp_http_client: Callable[..., Any]
             try:  # the SDK's own client factory (its default timeouts), as its session group uses it
-                from mcp.shared._httpx_utils import create_mcp_http_client
-            except ImportError:  # pragma: no cover - a later SDK moved it
+                create_mcp_http_client = importlib.import_module("mcp.shared._httpx_utils").create_mcp_http_client
+            except (ImportError, AttributeError):  # pragma: no cover - a later SDK moved it
                 import httpx2
 
                 def create_mcp_http_client(headers: dict[str, str]) -> Any:

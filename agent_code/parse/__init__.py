@@ -25,7 +25,7 @@ from __future__ import annotations
 from agent_code.parse import deepseek_v3, fenced_json, hermes, qwen3_coder
 from agent_code.parse.common import declared_tools
 from agent_code.parse.reasoning import split_reasoning
-from agent_code.protocols.canonical import ParsedReply, ToolSchema
+from agent_code.protocols.canonical import ParsedReply, ToolCallOut, ToolSchema
 
 TOOL_PARSERS = {
     "hermes": hermes.extract,
@@ -65,7 +65,8 @@ def parse_completion(text: str, *, tool_parser: str, reasoning_parser: str,
     if reasoning_parser == "think":
         reasoning, text = split_reasoning(text, opened=prompt_opened_think)
     declared = declared_tools(tools)
-    calls, ill_formed = [], []
+    calls: list[ToolCallOut] = []
+    ill_formed: list[str] = []
     extract = TOOL_PARSERS[tool_parser]
     if extract is not None:
         text, calls, ill_formed = extract(text, declared)

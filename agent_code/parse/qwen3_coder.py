@@ -126,7 +126,8 @@ def _parameters(body: str) -> dict[str, str]:
 def _function(name: str, body: str, declared: Declared) -> tuple[ToolCallOut | None, list[str]]:
     raw = _parameters(body)
     schema = declared.get(name, {})
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
     arguments: dict[str, Any] = {}
     bad: list[str] = []
     for key, value in raw.items():

@@ -256,7 +256,7 @@ def _assistant_message(blocks: list[tuple[str, dict[str, Any]]], notes: list[str
                 raise ProtocolError(f"{path}.signature: must be a string, got {type_name(signature)}")
             if signer is not None:
                 try:
-                    ok = bool(signature) and signer.verify(thought, signature)
+                    ok = signature is not None and signature != "" and signer.verify(thought, signature)
                 except Exception:  # a signer that cannot check this text counts as a failed check
                     ok = False
                 if not ok:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import atexit
 import uuid
+from typing import TYPE_CHECKING
 
 from agent_code.providers.anthropic import AnthropicProvider
 from agent_code.types import ModelResponse
+
+if TYPE_CHECKING:
+    from agent_code.gateway.server import BackgroundServer
 
 DEFAULT_ENGINE = "llamacpp"
 DEFAULT_LOCAL_MAX_TOKENS = 1024
@@ -28,13 +32,14 @@ class LocalProvider:
 
         self.engine_spec = engine
         self.gateway = build_gateway(engine, tokenizer=tokenizer, model_name=model)
-        self.server = BackgroundServer(create_app(self.gateway)).__enter__()
+        self.server: BackgroundServer | None = BackgroundServer(create_app(self.gateway)).__enter__()
         atexit.register(self.close)
         self.session_id = f"local-{uuid.uuid4().hex[:12]}"
-        self.client = AnthropicProvider(model=model, base_url=self.server.url, auth_token=self.session_id,
+        url = self.server.url
+        self.client = AnthropicProvider(model=model, base_url=url, auth_token=self.session_id,
                                         max_tokens=max_tokens or DEFAULT_LOCAL_MAX_TOKENS, max_retries=0)
         self.model = model
-        self.base_url = f"{self.server.url} (in process, engine {engine})"
+        self.base_url = f"{url} (in process, engine {engine})"
 
     def complete(self, messages, tools=None, system=None, tool_choice=None) -> ModelResponse:
         return self.client.complete(messages, tools=tools, system=system, tool_choice=tool_choice)

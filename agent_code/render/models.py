@@ -27,7 +27,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 DEFAULT_GGUF_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 DEFAULT_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -350,20 +350,19 @@ def read_gguf_metadata(path: str | os.PathLike, keys: Iterable[str] | None = Non
                     size = struct.calcsize(fmt)
                     values = list(unpack_from(f"<{count}{fmt}", buf, pos)) if keep else None
                     return values, pos + size * count
+                kept: list[Any] = []
                 if itype == 8:
-                    values = [] if keep else None
                     for _ in range(count):
                         n, = unpack_from("<Q", buf, pos)
                         if keep:
-                            values.append(buf[pos + 8:pos + 8 + n].decode("utf-8", errors="replace"))
+                            kept.append(buf[pos + 8:pos + 8 + n].decode("utf-8", errors="replace"))
                         pos += 8 + n
-                    return values, pos
-                values = [] if keep else None
+                    return (kept if keep else None), pos
                 for _ in range(count):
                     value, pos = skip_or_read(itype, pos, keep)
                     if keep:
-                        values.append(value)
-                return values, pos
+                        kept.append(value)
+                return (kept if keep else None), pos
             raise ModelFileError(f"{path}: unknown GGUF value type {vtype}")
 
         meta: dict = {}

@@ -139,8 +139,10 @@ class Renderer:
         """``[self.encode(t) for t in texts]``, in one batch call of the tokenizer where that
         gives the same ids (no padding or truncation set: each text is encoded on its own),
         which lets go of the GIL for the whole batch."""
-        fast = getattr(self._backend, "encode_batch_fast", None)
-        if fast is not None and len(texts) > 1 and self._backend.padding is None and self._backend.truncation is None:
+        backend = self._backend
+        fast = getattr(backend, "encode_batch_fast", None)
+        if fast is not None and backend is not None and len(texts) > 1 and backend.padding is None \
+                and backend.truncation is None:
             return [e.ids for e in fast(texts, add_special_tokens=False)]
         return [self.encode(text) for text in texts]
 
@@ -441,7 +443,7 @@ def _tokenizer_from_gguf_meta(meta: dict) -> Any | None:
     tk.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
-    tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()  # (the decoder has no options)
     tk.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     tk.add_tokens([AddedToken(tokens[i], special=(types[i] == _CONTROL), normalized=False)
                    for i in range(len(tokens)) if types[i] in (_CONTROL, _USER_DEFINED)])

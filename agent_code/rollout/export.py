@@ -18,7 +18,7 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 from agent_code.rollout.runner import RolloutResult
 from agent_code.trajectory.samples import Sample
@@ -101,6 +101,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+class TaskSummary(TypedDict):
+    """One task's line in :func:`summarize`."""
+
+    rollouts: int
+    solved: int
+    mean_reward: float | None
+    rejected_paths: int
+    spread: bool       # its rewards differ (a learning signal)
+
+
 def summarize(results: list[RolloutResult]) -> dict[str, Any]:
     """Solve rate and counts over rollouts, and per task. ``mean_reward`` is over the rollouts
     that have a reward (None when none has: the run never graded anything); ``rejected_paths``
@@ -118,7 +128,7 @@ def summarize(results: list[RolloutResult]) -> dict[str, Any]:
         if r.abort_reason:
             aborted[r.abort_reason] += 1
     solved = sum(r.solved for r in results)
-    tasks = {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs), "mean_reward": _mean(rs),
+    tasks: dict[str, TaskSummary] = {t: {"rollouts": len(rs), "solved": sum(r.solved for r in rs), "mean_reward": _mean(rs),
                  "rejected_paths": sum(len(r.rejected_paths or ()) for r in rs),
                  "spread": len({r.reward for r in rs if r.reward is not None}) > 1}
              for t, rs in per_task.items()}

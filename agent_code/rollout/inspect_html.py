@@ -128,8 +128,9 @@ def span_texts(tokens: list[int], renderer: Any) -> list[str]:
         return [text(t)[0] for t in tokens]
     of = _token_bytes(renderer)
     if of is not None:
-        pieces = [of(int(t)) for t in tokens]
-        if all(p is not None for p in pieces):
+        maybe = [of(int(t)) for t in tokens]
+        pieces = [p for p in maybe if p is not None]
+        if len(pieces) == len(maybe):
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             last = len(pieces) - 1
             return [decoder.decode(p, final=k == last) for k, p in enumerate(pieces)]
@@ -157,7 +158,7 @@ def _segment_probes(renderer: Any) -> tuple[str, str, str] | None:
     if renderer is None or not hasattr(renderer, "render_text"):
         return None
     cached = getattr(renderer, "_inspect_probes", False)
-    if cached is not False:
+    if cached is None or isinstance(cached, tuple):  # probed before (False: never)
         return cached
     marker = "agent-code-inspect-system-probe"
     tool = {"type": "function", "function": {"name": "agent_code_inspect_probe", "description": "probe",

@@ -201,14 +201,16 @@ async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayC
             result.abort("grade_error", f"{type(exc).__name__}: {exc}")
         clock.lap("grade")
 
-    samples = await _finish(client, result)
-    if samples is None:   # not finished: the session stays on the gateway, open, for a retry or recovery
+    finished = await _finish(client, result)
+    if finished is None:   # not finished: the session stays on the gateway, open, for a retry or recovery
         samples = []
-    elif not config.keep_sessions:
-        try:
-            await client.delete(session_id)
-        except GatewayClientError as exc:   # the samples are back already: worth a warning, not a failure
-            log.warning("rollout %s: could not delete its gateway session: %s", rollout_id, exc)
+    else:
+        samples = finished
+        if not config.keep_sessions:
+            try:
+                await client.delete(session_id)
+            except GatewayClientError as exc:   # the samples are back already: worth a warning, not a failure
+                log.warning("rollout %s: could not delete its gateway session: %s", rollout_id, exc)
     clock.lap("finish")
     result.timings["total"] = round(time.monotonic() - started, 4)
     return result, samples

@@ -44,6 +44,11 @@ import resource
 import struct
 import sys
 
+TYPE_CHECKING = False  # (typing is not imported at run time: this file starts every sandbox)
+if TYPE_CHECKING:
+    import socket
+    from typing import Callable
+
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MNT_DETACH = 0x2
@@ -196,6 +201,12 @@ def build_root(spec: dict) -> None:
 
 
 class _Module:
+    """relay_inside.py's namespace as attributes (the functions this file calls are declared)."""
+
+    loopback_up: Callable[[], None]
+    listen: Callable[[str, int], socket.socket]
+    serve: Callable[[socket.socket, str], None]
+
     def __init__(self, namespace: dict) -> None:
         self.__dict__.update(namespace)
 

@@ -114,12 +114,13 @@ class GatewayRelay:
         up_writer: asyncio.StreamWriter | None = None
         try:
             try:   # always the gateway's address, whatever the client sends (CONNECT, Host: ...)
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                              CONNECT_TIMEOUT)
+                up_reader, opened = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                                           CONNECT_TIMEOUT)
             except (OSError, asyncio.TimeoutError):
                 return
+            up_writer = opened
             down = asyncio.ensure_future(_copy(up_reader, writer))
-            up = asyncio.ensure_future(_copy(reader, up_writer))
+            up = asyncio.ensure_future(_copy(reader, opened))
             try:
                 pending: set[asyncio.Future[bool]] = {up, down}
                 while pending:   # both ways to their ends; a failure on either side ends both

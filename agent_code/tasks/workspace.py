@@ -37,7 +37,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from agent_code.sandbox.base import ExecResult, Sandbox
 from agent_code.tasks.task import Task, TaskError, is_git_url
@@ -171,7 +171,7 @@ def _tar_tree(root: Path, target: Path) -> None:
 def _make_snapshot(repo: str, commit: str | None) -> Path:
     """A tar of ``repo`` at ``commit`` (or of its working tree), cached for the process."""
     if is_git_url(repo):
-        repo_dir, prefix = _clone(repo), ""
+        repo_dir, prefix = _clone(repo), None
         commit = commit or "HEAD"
         sha = _resolve(repo_dir, commit, fetch=True)
     else:
@@ -190,7 +190,7 @@ def _make_snapshot(repo: str, commit: str | None) -> Path:
                    lambda target: _git("archive", "--format=tar", "-o", str(target), tree, cwd=repo_dir))
 
 
-def _cached(key: tuple[str, ...], make) -> Path:  # type: ignore[no-untyped-def]
+def _cached(key: tuple[str, ...], make: Callable[[Path], object]) -> Path:
     with _locks_guard:
         lock = _locks.setdefault(key, threading.Lock())
     with lock:

@@ -23,6 +23,7 @@ for a later ``/undo``).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import inspect
 import os
@@ -247,7 +248,7 @@ class ToolRegistry:
     def list(self) -> list[Tool]:
         return list(self.tools.values())
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self) -> builtins.list[dict[str, Any]]:  # (`list` here is the method above)
         return [t.to_anthropic() for t in self.tools.values()]
 
     def run(self, call: ToolCall, ctx: ToolContext) -> ToolResult:

@@ -295,7 +295,7 @@ def tools_shape_the_tail(renderer: Any) -> bool:
     if held is not None and held[0] is renderer:
         return held[1]
     call = {"type": "function", "function": {"name": "read_file", "arguments": {"path": "a.py"}}}
-    probes = [
+    probes: list[list[dict[str, Any]]] = [
         [{"role": "tool", "content": "x = 1"}, {"role": "user", "content": "Go on."}],
         [{"role": "tool", "content": "one"}, {"role": "tool", "content": "two"}],
         [{"role": "user", "content": "Next."}, {"role": "assistant", "content": "Done.", "tool_calls": [call]},

@@ -15,6 +15,8 @@ from __future__ import annotations
 from array import array
 from typing import Any, Iterable, Iterator, Sequence, overload
 
+IdArray = array  # ``array('i')``, by a name no method below shadows (TokenSeq.array)
+
 __all__ = ["TokenSeq"]
 
 
@@ -73,7 +75,7 @@ class TokenSeq(Sequence[int]):
     def __getitem__(self, i: int) -> int: ...
 
     @overload
-    def __getitem__(self, i: slice) -> array: ...
+    def __getitem__(self, i: slice) -> IdArray: ...
 
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
