@@ -118,7 +118,7 @@ def check_tool_pairing(messages: list[Message]) -> list[str]:
 
 # --- sizes ----------------------------------------------------------------------------
 
-def estimate_tokens(value: Any) -> int:
+def estimate_tokens(value: object) -> int:
     """A rough token count: about four characters a token, over the JSON text."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return (len(text) + 3) // 4

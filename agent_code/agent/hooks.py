@@ -41,9 +41,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent_code.types import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from agent_code.agent.loop import AgentResult
+    from agent_code.tools.base import Tool
 
 EVENTS = ("PreToolUse", "PostToolUse", "Stop")
 DEFAULT_TIMEOUT_S = 60
@@ -88,7 +92,7 @@ class HookOutcome:
         return self.code == BLOCK
 
 
-def parse_hooks(section: Any, source: str = "") -> dict[str, list[HookMatcher]]:
+def parse_hooks(section: object, source: str = "") -> dict[str, list[HookMatcher]]:
     """Read a settings file's ``hooks`` object; raises :class:`HookConfigError`."""
     where = f" in {source}" if source else ""
     if section is None:
@@ -192,9 +196,9 @@ class Hooks:
                 outcomes.append(outcome)
         return outcomes
 
-    def pre_tool_use(self, tool: Any, arguments: Any) -> str | None:
+    def pre_tool_use(self, tool: Tool, arguments: object) -> str | None:
         """None to let the call run; the reason (a hook's stderr) to refuse it."""
-        name = getattr(tool, "name", str(tool))
+        name = tool.name
         blocking = [o for o in self._run("PreToolUse", name, {"tool_name": name, "tool_input": arguments})
                     if o.blocks]
         if not blocking:
@@ -214,7 +218,7 @@ class Hooks:
         note = "\n\n[PostToolUse hook feedback]\n" + "\n".join(feedback)
         return ToolResult(result.tool_use_id, result.content + note, result.is_error)
 
-    def stop(self, result: Any) -> str | None:
+    def stop(self, result: AgentResult) -> str | None:
         """Text to keep the agent going with (a Stop hook exited 2), or None to stop.
         After :attr:`max_stop_continuations` continuations in a row the agent stops anyway."""
         if not self.config.get("Stop"):
@@ -224,7 +228,7 @@ class Hooks:
             self.stop_continuations = 0
             return None
         payload = {"stop_hook_active": self.stop_continuations > 0,
-                   "last_assistant_message": getattr(result, "final", "")}
+                   "last_assistant_message": result.final}
         blocking = [o for o in self._run("Stop", None, payload) if o.blocks]
         if not blocking:
             self.stop_continuations = 0

@@ -169,7 +169,7 @@ class Agent:
         if self.session is not None:
             self.session.message(message, _usage_dict(usage) if usage is not None else None)
 
-    def _reset(self, messages: list[dict[str, Any]], reason: str, **info: Any) -> None:
+    def _reset(self, messages: list[dict[str, Any]], reason: str, **info: object) -> None:
         self.messages[:] = messages  # in place: AgentResult.messages is this same list
         if self.session is not None:
             self.session.reset(self.messages, reason, **info)

@@ -202,7 +202,7 @@ class SessionLog:
         self._file = file
 
     @classmethod
-    def create(cls, root: Path, session_id: str | None = None, **meta: Any) -> SessionLog:
+    def create(cls, root: Path, session_id: str | None = None, **meta: object) -> SessionLog:
         """A new session in the project at ``root``."""
         session_id = session_id or new_session_id()
         directory = _prepare_dir(root)
@@ -233,7 +233,7 @@ class SessionLog:
     def rewind(self, length: int) -> None:
         self._write({"type": "rewind", "length": length})
 
-    def reset(self, messages: list[dict[str, Any]], reason: str, **info: Any) -> None:
+    def reset(self, messages: list[dict[str, Any]], reason: str, **info: object) -> None:
         self._write({"type": "reset", "reason": reason, "messages": messages, **info})
 
     def todos(self, todos: list[dict[str, Any]]) -> None:

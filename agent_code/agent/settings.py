@@ -46,13 +46,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
 from agent_code.agent.trust import (TRUST_DIR, Change, Review, SettingsFile, TrustStore, drop_hooks_running,
                                     hook_scripts, read_version, review, version_digest, visible)
 from agent_code.policy import RuleSet
 from agent_code.policy.settings import SettingsError, by_precedence, read_permissions
+
+if TYPE_CHECKING:
+    from agent_code.agent.loop import Agent
 
 USER_DIR = ".agent-code"
 PROJECT_DIR = ".agent"
@@ -332,7 +335,7 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
     return settings
 
 
-def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli: bool = False,
+def configure_agent(agent: Agent, settings: Settings, root: Path, *, mode_from_cli: bool = False,
                     home: Path | None = None, report: Callable[[str], None] | None = None) -> Hooks:
     """Wire ``settings`` (and the installed skills) into ``agent``; returns its hooks."""
     from agent_code.agent.prompt import skills_prompt
@@ -342,17 +345,13 @@ def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli
     policy.rules = RuleSet(list(settings.rules.rules), home=str(home) if home else None)
     policy.root = Path(root)
     if settings.default_mode and not mode_from_cli:
-        if hasattr(agent, "set_permission_mode"):
-            agent.set_permission_mode(settings.default_mode)
-        else:
-            policy.mode = type(policy.mode)(settings.default_mode)
+        agent.set_permission_mode(settings.default_mode)
 
     def session_info() -> dict[str, Any]:
-        session = getattr(agent, "session", None)
+        session = agent.session
         if session is None:
             return {}
-        path = getattr(session, "path", None)
-        return {"session_id": getattr(session, "id", None), "transcript_path": str(path) if path else None}
+        return {"session_id": session.id, "transcript_path": str(session.path)}
 
     hooks = Hooks(settings.hooks, Path(root), session=session_info)
     if report:
@@ -364,12 +363,11 @@ def configure_agent(agent: Any, settings: Settings, root: Path, *, mode_from_cli
     if hooks.config.get("Stop"):
         agent.on_stop.append(hooks.stop)
 
-    tools = getattr(agent, "tools", None)
     # a profile without the skill tool (--tool-profile small) gets no skills section
-    section = skills_prompt(find_skills(Path(root), home)) if tools is None or tools.get("skill") else ""
+    section = skills_prompt(find_skills(Path(root), home)) if agent.tools.get("skill") else ""
     if section:
         agent.system = (agent.system or "") + "\n\n" + section
-        rebuild = getattr(agent, "system_for_mode", None)
+        rebuild = agent.system_for_mode
         if rebuild is not None:  # a mode switch rebuilds the prompt: keep the skills in it
             agent.system_for_mode = lambda mode: rebuild(mode) + "\n\n" + section
     return hooks
@@ -394,7 +392,7 @@ def mode_given_on_command_line(parameter: str = "permission_mode") -> bool:
     return False
 
 
-def apply_cli_settings(agent: Any, root: Path, report: Callable[[str], None] | None = None,
+def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] | None = None,
                        accept: Callable[[Change], bool] | None = None) -> Settings:
     """What the CLI does after building its agent: load the trusted settings of ``root``
     (:func:`load_trusted_settings`; ``accept``: the REPL's start-up question, None in a run
@@ -402,8 +400,8 @@ def apply_cli_settings(agent: Any, root: Path, report: Callable[[str], None] | N
     :class:`SettingsError`."""
     import sys
 
-    session = getattr(agent, "session", None)
-    settings = load_trusted_settings(root, accept=accept, current_session=getattr(session, "path", None))
+    session = agent.session
+    settings = load_trusted_settings(root, accept=accept, current_session=session.path if session is not None else None)
     for warning in settings.warnings:
         print(f"agent-code: warning: {warning}", file=sys.stderr)
     configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report)

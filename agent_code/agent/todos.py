@@ -36,7 +36,7 @@ class TodoError(ValueError):
     """The list the model sent is malformed; the message says what to fix."""
 
 
-def parse_todos(items: Any) -> list[Todo]:
+def parse_todos(items: object) -> list[Todo]:
     """Check a list of ``{"content", "status"}`` objects and turn it into :class:`Todo` s."""
     if not isinstance(items, list):
         raise TodoError(f"todos must be a list, got {type(items).__name__}")

@@ -309,7 +309,7 @@ def visible(text: str) -> str:
                     else f"\\U{ord(ch):08x}") for ch in text)
 
 
-def _short(value: Any, limit: int = 600) -> str:
+def _short(value: object, limit: int = 600) -> str:
     """A rule, hook command or key as shown for acceptance: escaped (:func:`visible`), and cut
     only with a count of what was left out (a long command cannot hide its tail)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":")) if not isinstance(value, str) else value
@@ -317,7 +317,7 @@ def _short(value: Any, limit: int = 600) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit} more characters)"
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def _mapping(value: object) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, dict) else {}
 
@@ -356,7 +356,7 @@ def summarize(old_text: str | None, new_text: str | None) -> list[str]:
     return lines
 
 
-def _hook_lines(matchers: Any) -> list[str]:
+def _hook_lines(matchers: object) -> list[str]:
     """One line per hook command: ``[matcher] command`` (raw JSON for odd shapes)."""
     if not isinstance(matchers, list):
         return [] if matchers is None else [_short(matchers)]

@@ -141,7 +141,7 @@ _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", b
                                list: "array", dict: "object"}
 
 
-def _schema_for(annotation: Any) -> dict[str, Any]:
+def _schema_for(annotation: object) -> dict[str, Any]:
     description = None
     if get_origin(annotation) is Annotated:
         annotation, *extras = get_args(annotation)
@@ -195,7 +195,7 @@ def tool(name: str | None = None, *, kind: ToolKind = "read") -> Callable[[Calla
 
 # --- argument validation --------------------------------------------------------------
 
-def _type_ok(value: Any, json_type: str) -> bool:
+def _type_ok(value: object, json_type: str) -> bool:
     if json_type == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if json_type == "number":
@@ -204,7 +204,7 @@ def _type_ok(value: Any, json_type: str) -> bool:
     return py is None or isinstance(value, py)
 
 
-def validate_arguments(schema: dict[str, Any], args: Any) -> list[str]:
+def validate_arguments(schema: dict[str, Any], args: object) -> list[str]:
     """Check ``args`` against the subset of JSON Schema our tools use; return the problems."""
     if not isinstance(args, dict):
         return [f"arguments must be a JSON object, got {type(args).__name__}"]
