@@ -17,5 +17,5 @@ else
 fi
 export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is tested too
 # lint first: ruff's findings fail the run like a failing test ([tool.ruff] in pyproject.toml)
-.venv/bin/ruff check --quiet agent_code tests bench
+.venv/bin/ruff check --quiet agent_code tests bench examples
 exec .venv/bin/python -m pytest "$@"
