@@ -49,13 +49,14 @@ history the model never produced.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 # ProtocolError, Signer and ThinkingSigner live in common.py; imported here for the callers that
 # name them from this module
 from agent_code.protocols.common import ProtocolError, Signer, ThinkingSigner, chunks, random_id, sse_event  # noqa: F401
-from agent_code.protocols.jsontypes import is_int, is_number, same_scalar_types, scalar_paths, type_name
+from agent_code.protocols.jsontypes import ScalarPaths, is_int, is_number, same_scalar_types, scalar_paths, type_name
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
@@ -69,7 +70,7 @@ THINKING_OFF = ("disabled",)
 # way in: validation helpers
 
 
-def _need_object(value: Any, path: str) -> dict[str, Any]:
+def _need_object(value: object, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ProtocolError(f"{path}: must be an object, got {type_name(value)}")
     return value
@@ -87,15 +88,14 @@ def _need_str(obj: dict[str, Any], key: str, path: str, *, non_empty: bool = Fal
     return value
 
 
-def _block_type(block: Any, path: str) -> str:
-    _need_object(block, path)
-    kind = block.get("type")
+def _block_type(block: object, path: str) -> str:
+    kind = _need_object(block, path).get("type")
     if not isinstance(kind, str):
         raise ProtocolError(f"{path}.type: must be a string naming the block type, got {type_name(kind)}")
     return kind
 
 
-def _content_blocks(content: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+def _content_blocks(content: object, path: str) -> list[tuple[str, dict[str, Any]]]:
     """A message's content as (path, block) pairs; a string is one text block."""
     if isinstance(content, str):
         return [(path, {"type": "text", "text": content})]
@@ -136,7 +136,7 @@ def _flatten(blocks: list[tuple[str, dict[str, Any]]], notes: list[str]) -> str:
 # way in: the parts of a body
 
 
-def _system_text(system: Any, notes: list[str]) -> str:
+def _system_text(system: object, notes: list[str]) -> str:
     if isinstance(system, str):
         if system.startswith(BILLING_HEADER_PREFIX):
             notes.append("system: dropped the x-anthropic-billing-header line")
@@ -162,8 +162,8 @@ def _reminder(text: str) -> dict[str, Any]:
     return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
 
 
-def _fold_system_messages(messages: list[Any], notes: list[str], *,
-                          first: int = 0) -> list[tuple[str, list[tuple[str, dict]]]]:
+def _fold_system_messages(messages: list[object], notes: list[str], *,
+                          first: int = 0) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
     """Validate the message list and fold mid-list system messages into user messages.
 
     Returns (role, [(path, block), ...]) entries for the user and assistant messages (paths
@@ -171,9 +171,9 @@ def _fold_system_messages(messages: list[Any], notes: list[str], *,
     """
     entries: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
     pending: list[tuple[str, dict[str, Any]]] = []
-    for i, message in enumerate(messages, first):
+    for i, wire_message in enumerate(messages, first):
         path = f"messages.{i}"
-        _need_object(message, path)
+        message = _need_object(wire_message, path)
         role = message.get("role")
         if role not in ("user", "assistant", "system"):
             raise ProtocolError(f"{path}.role: must be 'user', 'assistant' or 'system', got {role!r}"
@@ -283,7 +283,7 @@ def _assistant_message(blocks: list[tuple[str, dict[str, Any]]], notes: list[str
     return message
 
 
-def _tools(tools: Any, notes: list[str]) -> list[ToolSchema] | None:
+def _tools(tools: object, notes: list[str]) -> list[ToolSchema] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -355,14 +355,14 @@ def _sampling(body: dict[str, Any], *, require_max_tokens: bool) -> SamplingPara
     return sampling
 
 
-def _thinking(value: Any, notes: list[str]) -> bool:
+def _thinking(value: object, notes: list[str]) -> bool:
     if value is None:
         return False
-    _need_object(value, "thinking")
-    kind = value.get("type")
+    thinking = _need_object(value, "thinking")
+    kind = thinking.get("type")
     if not isinstance(kind, str):
         raise ProtocolError(f"thinking.type: must be a string, got {type_name(kind)}")
-    budget = value.get("budget_tokens")
+    budget = thinking.get("budget_tokens")
     if budget is not None and (not is_int(budget) or budget < 0):
         raise ProtocolError("thinking.budget_tokens: must be a non-negative integer")
     if kind in THINKING_ON:
@@ -381,25 +381,25 @@ class TranslationMemo:
     the memo's canonical objects back — the very objects, so the history's own comparisons of
     them are identity checks. Immutable: a request reads one and the route keeps the next."""
 
-    system: Any = None                   # the wire ``system`` field ...
-    system_out: tuple = ()               # ... its canonical messages, notes
-    tools: Any = None                    # the wire ``tools`` ...
-    tools_out: tuple = (None, ())        # ... its canonical tools, notes
-    tools_scalars: tuple = ()
-    wire: tuple = ()                     # the wire messages ...
-    scalars: tuple = ()                  # ... their number/bool/null places
-    out: tuple = ()                      # ... and (canonical messages, notes) for each
-    flat: tuple = ()                     # every wire message's canonical messages, in order ...
-    flat_ends: tuple = ()                # ... where each wire message's end in ``flat``
-    flat_notes: tuple = ()               # the same for their notes
-    notes_ends: tuple = ()
+    system: object = None                # the wire ``system`` field ...
+    system_out: tuple[tuple[Message, ...], tuple[str, ...]] = ((), ())   # ... its canonical messages, notes
+    tools: object = None                 # the wire ``tools`` ...
+    tools_out: tuple[list[ToolSchema] | None, tuple[str, ...]] = (None, ())   # ... its canonical tools, notes
+    tools_scalars: ScalarPaths = ()
+    wire: tuple[object, ...] = ()        # the wire messages ...
+    scalars: tuple[ScalarPaths, ...] = ()   # ... their number/bool/null places
+    out: tuple[tuple[tuple[Message, ...], tuple[str, ...]], ...] = ()   # ... and (canonical messages, notes) for each
+    flat: tuple[Message, ...] = ()       # every wire message's canonical messages, in order ...
+    flat_ends: tuple[int, ...] = ()      # ... where each wire message's end in ``flat``
+    flat_notes: tuple[str, ...] = ()     # the same for their notes
+    notes_ends: tuple[int, ...] = ()
 
 
-def _same(value: Any, held: Any, paths: Any) -> bool:
+def _same(value: object, held: object, paths: ScalarPaths) -> bool:
     return value is held or (value == held and same_scalar_types(value, paths))
 
 
-def _held_run(wire_messages: list[Any], held: TranslationMemo) -> int:
+def _held_run(wire_messages: list[object], held: TranslationMemo) -> int:
     """How many leading wire messages are :func:`_same` as the memo's: one ``==`` over all the
     memo holds (in C), then the number/bool/null places of those that have any. 0 when that
     ``==`` fails anywhere: then every message goes through :func:`_same` on its own."""
@@ -412,7 +412,7 @@ def _held_run(wire_messages: list[Any], held: TranslationMemo) -> int:
     return k
 
 
-def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
+def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
                memo: TranslationMemo | None = None) -> tuple[ChatRequest, TranslationMemo | None]:
     if not isinstance(body, dict):
         raise ProtocolError(f"request body: must be a JSON object, got {type_name(body)}")
@@ -426,11 +426,13 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
         raise ProtocolError("messages: must be a non-empty list")
     messages: list[Message] = []
     wire_system = body.get("system")
+    system_notes: Sequence[str]
     if memo is not None and wire_system is not None and wire_system == memo.system:
         system_out, system_notes = memo.system_out   # text only: no type can differ under ==
     else:
-        system_notes = []
-        system = _system_text(wire_system, system_notes) if wire_system is not None else ""
+        new_notes: list[str] = []
+        system = _system_text(wire_system, new_notes) if wire_system is not None else ""
+        system_notes = new_notes
         system_out = ({"role": "system", "content": system},) if system else ()
     messages.extend(system_out)
     notes.extend(system_notes)
@@ -472,12 +474,14 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
                                    flat_notes=tuple(notes[first_note:]), notes_ends=tuple(notes_ends))
 
     wire_tools = body.get("tools")
+    tool_notes: Sequence[str]
     if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars):
         tools, tool_notes = memo.tools_out
         tools_scalars = memo.tools_scalars
     else:
-        tool_notes = []
-        tools = _tools(wire_tools, tool_notes)
+        new_tool_notes: list[str] = []
+        tools = _tools(wire_tools, new_tool_notes)
+        tool_notes = new_tool_notes
         tools_scalars = tuple(scalar_paths(wire_tools)) if new_memo is not None else ()
     notes.extend(tool_notes)
     if new_memo is not None:
@@ -499,7 +503,7 @@ def _translate(body: Any, signer: Signer | None, *, require_max_tokens: bool,
     return chat, new_memo
 
 
-def _message(message: Any, i: int, signer: Signer | None) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+def _message(message: object, i: int, signer: Signer | None) -> tuple[tuple[Message, ...], tuple[str, ...]]:
     """One user or assistant wire message (a list with no system message to fold) → its
     canonical messages and the notes it raised."""
     notes: list[str] = []
@@ -509,12 +513,12 @@ def _message(message: Any, i: int, signer: Signer | None) -> tuple[tuple[Message
     return (_assistant_message(blocks, notes, signer),), tuple(notes)
 
 
-def translate_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
+def translate_request(body: object, *, signer: Signer | None = None) -> ChatRequest:
     """A ``POST /v1/messages`` body → ChatRequest; raises ProtocolError for any bad body."""
     return translate_request_memo(body, signer=signer)[0]
 
 
-def translate_request_memo(body: Any, *, signer: Signer | None = None, memo: TranslationMemo | None = None
+def translate_request_memo(body: object, *, signer: Signer | None = None, memo: TranslationMemo | None = None
                            ) -> tuple[ChatRequest, TranslationMemo | None]:
     """:func:`translate_request` reusing ``memo`` (the conversation's previous request's) for
     what is unchanged, and the memo for the next request (None where none can be kept)."""
@@ -524,7 +528,7 @@ def translate_request_memo(body: Any, *, signer: Signer | None = None, memo: Tra
         raise ProtocolError("request body: nested too deeply") from None
 
 
-def translate_count_request(body: Any, *, signer: Signer | None = None) -> ChatRequest:
+def translate_count_request(body: object, *, signer: Signer | None = None) -> ChatRequest:
     """A ``POST /v1/messages/count_tokens`` body: the same rules, ``max_tokens`` optional."""
     try:
         return _translate(body, signer, require_max_tokens=False)[0]

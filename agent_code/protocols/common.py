@@ -9,7 +9,7 @@ import hmac
 import json
 import secrets
 import string
-from typing import Any, Protocol
+from typing import Protocol
 
 ID_ALPHABET = string.ascii_letters + string.digits
 # byte -> letter or digit, the top 8 byte values dropped (256 = 4 * 62 + 8), so each is equally likely
@@ -66,7 +66,7 @@ def random_id(prefix: str, length: int) -> str:
     return prefix + out[:length].decode("ascii")
 
 
-def dumps(data: Any) -> str:
+def dumps(data: object) -> str:
     """Compact JSON; lone surrogates are escaped so the bytes stay valid UTF-8."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     try:
@@ -76,12 +76,12 @@ def dumps(data: Any) -> str:
     return text
 
 
-def sse_data(data: Any) -> bytes:
+def sse_data(data: object) -> bytes:
     """An SSE message with only a data line (Chat Completions)."""
     return f"data: {dumps(data)}\n\n".encode("utf-8")
 
 
-def sse_event(event: str, data: Any) -> bytes:
+def sse_event(event: str, data: object) -> bytes:
     """An SSE message with an event name and a data line (Messages, Responses)."""
     return f"event: {event}\ndata: {dumps(data)}\n\n".encode("utf-8")
 

@@ -5,26 +5,31 @@ telling apart values that ``==`` calls equal across JSON types (``1 == 1.0 == Tr
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+
+# where in a JSON value: object keys and array indexes, from the top
+JsonPath = tuple[str | int, ...]
+# a value's number/bool/null places and their types (:func:`scalar_paths`)
+ScalarPaths = Sequence[tuple[JsonPath, type]]
 
 _NAMES = ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"))
 
 
-def type_name(value: Any) -> str:
+def type_name(value: object) -> str:
     if value is None:
         return "null"
     return next((name for kind, name in _NAMES if isinstance(value, kind)), type(value).__name__)
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def scalar_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], type]]:
+def scalar_paths(value: object, path: JsonPath = ()) -> list[tuple[JsonPath, type]]:
     """Where a JSON value holds something other than a string, dict or list, and its type."""
     if isinstance(value, dict):
         return [found for k, v in value.items() for found in scalar_paths(v, (*path, k))]
@@ -33,14 +38,19 @@ def scalar_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any
     return [] if isinstance(value, str) else [(path, type(value))]
 
 
-def same_scalar_types(value: Any, paths: list[tuple[tuple[Any, ...], type]]) -> bool:
+def same_scalar_types(value: object, paths: ScalarPaths) -> bool:
     """For a value ``==`` to the one ``paths`` came from: the same type at each of those places
     (``==`` already made everything else alike: only numbers, bools and null can be equal
     across types)."""
     for path, kind in paths:
         node = value
         for step in path:
-            node = node[step]
+            if isinstance(node, dict):
+                node = node[step]
+            elif isinstance(node, list) and isinstance(step, int):
+                node = node[step]
+            else:   # not the shape ``paths`` came from (cannot happen for an ``==`` value)
+                return False
         if type(node) is not kind:
             return False
     return True

@@ -71,7 +71,7 @@ class ChatWire:
 # way in
 
 
-def _tool_calls(raw: Any, path: str) -> tuple[list[dict[str, Any]], list[str]]:
+def _tool_calls(raw: object, path: str) -> tuple[list[dict[str, Any]], list[str]]:
     calls, ids = [], []
     for i, call in enumerate(oc.need_list(raw, path)):
         where = oc.at(path, i)
@@ -90,7 +90,7 @@ def _tool_calls(raw: Any, path: str) -> tuple[list[dict[str, Any]], list[str]]:
     return calls, ids
 
 
-def _messages(raw: Any, notes: list[str]) -> list[Message]:
+def _messages(raw: object, notes: list[str]) -> list[Message]:
     out: list[Message] = []
     open_ids: set[str] = set()  # call ids of the nearest preceding assistant message
     for i, message in enumerate(oc.need_list(raw, "messages", non_empty=True)):
@@ -141,7 +141,7 @@ def _messages(raw: Any, notes: list[str]) -> list[Message]:
     return out
 
 
-def _tools(raw: Any, notes: list[str]) -> list[ToolSchema] | None:
+def _tools(raw: object, notes: list[str]) -> list[ToolSchema] | None:
     if raw is None:
         return None
     out: list[ToolSchema] = []
@@ -203,7 +203,7 @@ def _accepted_extras(body: dict[str, Any], notes: list[str]) -> None:
         notes.append(f"ignored unknown field(s): {', '.join(unknown)}")
 
 
-def _translate(body: Any, default_max_tokens: int | None) -> tuple[ChatRequest, ChatWire]:
+def _translate(body: object, default_max_tokens: int | None) -> tuple[ChatRequest, ChatWire]:
     if not isinstance(body, dict):
         raise oc.fail(None, f"request body must be a JSON object, got {oc.type_name(body)}")
     model = oc.need_str(body, "model", "", non_empty=True)
@@ -229,7 +229,7 @@ def _translate(body: Any, default_max_tokens: int | None) -> tuple[ChatRequest, 
     return chat, ChatWire(model=model, include_usage=include_usage and stream, identity=sid)
 
 
-def translate_request(body: Any, *, default_max_tokens: int | None = None) -> tuple[ChatRequest, ChatWire]:
+def translate_request(body: object, *, default_max_tokens: int | None = None) -> tuple[ChatRequest, ChatWire]:
     """A ``POST /v1/chat/completions`` body → (ChatRequest, ChatWire); raises OpenAIRequestError."""
     try:
         return _translate(body, default_max_tokens)

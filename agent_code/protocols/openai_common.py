@@ -62,13 +62,13 @@ def at(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def need_object(value: Any, path: str) -> dict[str, Any]:
+def need_object(value: object, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise fail(path, f"must be an object, got {type_name(value)}")
     return value
 
 
-def need_list(value: Any, path: str, *, non_empty: bool = False) -> list[Any]:
+def need_list(value: object, path: str, *, non_empty: bool = False) -> list[Any]:
     if not isinstance(value, list):
         raise fail(path, f"must be an array, got {type_name(value)}")
     if non_empty and not value:
@@ -159,7 +159,7 @@ def sampling(body: dict[str, Any], max_keys: tuple[str, ...], default_max_tokens
     return params
 
 
-def stop_strings(value: Any, path: str = "stop") -> list[str]:
+def stop_strings(value: object, path: str = "stop") -> list[str]:
     """``stop``: a string or a list of strings; empty strings are refused."""
     if value is None:
         return []
@@ -188,7 +188,7 @@ def stream_flag(body: dict[str, Any]) -> bool:
     return bool(opt_bool(body, "stream"))
 
 
-def decode_arguments(raw: Any, path: str) -> dict[str, Any]:
+def decode_arguments(raw: object, path: str) -> dict[str, Any]:
     """A tool call's ``arguments`` (a JSON string; an object is accepted as is) → a dict."""
     if isinstance(raw, dict):
         return raw
@@ -209,7 +209,7 @@ def encode_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def canonical_tool_choice(value: Any, notes: list[str], *,
+def canonical_tool_choice(value: object, notes: list[str], *,
                           named: dict[str, str] | None = None) -> dict[str, Any] | None:
     """``tool_choice`` → the pipeline's dict. ``named`` maps an object form's ``type`` to how
     its name is found: ``"function.name"`` (Chat) or ``"name"`` (Responses)."""
@@ -220,7 +220,7 @@ def canonical_tool_choice(value: Any, notes: list[str], *,
         if value not in mapping:
             raise fail("tool_choice", f"must be 'none', 'auto', 'required' or an object, got {value!r}")
         return {"type": mapping[value]}
-    need_object(value, "tool_choice")
+    value = need_object(value, "tool_choice")
     kind = value.get("type")
     if not isinstance(kind, str):
         raise fail("tool_choice.type", f"must be a string, got {type_name(kind)}")
@@ -265,7 +265,7 @@ def placeholder(kind: str, path: str, notes: list[str]) -> str:
     return text
 
 
-def content_text(content: Any, path: str, notes: list[str], *, text_types: tuple[str, ...],
+def content_text(content: object, path: str, notes: list[str], *, text_types: tuple[str, ...],
                  media_types: tuple[str, ...], allow_null: bool = False) -> str:
     """A message's content (a string or a list of parts) as one text; text parts are joined
     with ``"\\n"``, media parts become placeholders, other part types are refused."""

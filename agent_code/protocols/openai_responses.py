@@ -159,9 +159,9 @@ def _custom_schema(tool: dict[str, Any], path: str) -> dict[str, Any]:
             "required": [CUSTOM_INPUT]}
 
 
-def _one_tool(tool: Any, path: str, namespace: str | None, out: list[ToolSchema],
+def _one_tool(tool: object, path: str, namespace: str | None, out: list[ToolSchema],
               refs: dict[str, ToolRef], notes: list[str]) -> None:
-    oc.need_object(tool, path)
+    tool = oc.need_object(tool, path)
     kind = tool.get("type")
     if not isinstance(kind, str):
         raise oc.fail(oc.at(path, "type"), f"must be a string, got {oc.type_name(kind)}")
@@ -192,7 +192,7 @@ def _one_tool(tool: Any, path: str, namespace: str | None, out: list[ToolSchema]
     out.append({"type": "function", "function": {"name": flat, "description": description, "parameters": schema}})
 
 
-def _tools(raw: Any, notes: list[str]) -> tuple[list[ToolSchema] | None, dict[str, ToolRef]]:
+def _tools(raw: object, notes: list[str]) -> tuple[list[ToolSchema] | None, dict[str, ToolRef]]:
     refs: dict[str, ToolRef] = {}
     if raw is None:
         return None, refs
@@ -206,7 +206,7 @@ def _tools(raw: Any, notes: list[str]) -> tuple[list[ToolSchema] | None, dict[st
 # input items
 
 
-def _output_text(output: Any, path: str, notes: list[str]) -> str:
+def _output_text(output: object, path: str, notes: list[str]) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list):
@@ -326,7 +326,7 @@ def _answered(item: dict[str, Any], path: str, calls: dict[str, str]) -> None:
                       "invalid_tool_call_id")
 
 
-def _input(raw: Any, history: _History, signer: Signer | None, notes: list[str]) -> None:
+def _input(raw: object, history: _History, signer: Signer | None, notes: list[str]) -> None:
     if isinstance(raw, str):
         history.add({"role": "user", "content": raw})
         return
@@ -428,7 +428,7 @@ def _accepted_extras(body: dict[str, Any], notes: list[str]) -> None:
         notes.append(f"ignored unknown field(s): {', '.join(unknown)}")
 
 
-def _translate(body: Any, signer: Signer | None, default_max_tokens: int | None) -> tuple[ChatRequest, ResponsesWire]:
+def _translate(body: object, signer: Signer | None, default_max_tokens: int | None) -> tuple[ChatRequest, ResponsesWire]:
     if not isinstance(body, dict):
         raise oc.fail(None, f"request body must be a JSON object, got {oc.type_name(body)}")
     model = oc.need_str(body, "model", "", non_empty=True)
@@ -469,7 +469,7 @@ def _translate(body: Any, signer: Signer | None, default_max_tokens: int | None)
     return chat, ResponsesWire(model=model, tool_refs=refs, identity=sid, echo=echo)
 
 
-def translate_request(body: Any, *, signer: Signer | None = None,
+def translate_request(body: object, *, signer: Signer | None = None,
                       default_max_tokens: int | None = None) -> tuple[ChatRequest, ResponsesWire]:
     """A ``POST /v1/responses`` body → (ChatRequest, ResponsesWire); raises OpenAIRequestError."""
     try:
@@ -589,7 +589,7 @@ class ResponseWriter:
                              usage=usage(input_tokens, output_tokens),
                              incomplete_reason="max_output_tokens" if incomplete else None)
 
-    def event(self, kind: str, **data: Any) -> tuple[str, dict[str, Any]]:
+    def event(self, kind: str, **data: object) -> tuple[str, dict[str, Any]]:
         payload = {"type": kind, "sequence_number": self.sequence, **data}
         self.sequence += 1
         return kind, payload
