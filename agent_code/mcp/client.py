@@ -28,9 +28,15 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import IO, TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, TypeVar
 
 from agent_code.mcp.config import ServerConfig
+
+if TYPE_CHECKING:   # the SDK is imported when a server starts, not with this module
+    from mcp import Client
+    from mcp.types import CallToolResult, Tool
+
+T = TypeVar("T")
 
 DEFAULT_STARTUP_TIMEOUT_S = 30.0
 DEFAULT_CALL_TIMEOUT_S = 300.0
@@ -71,11 +77,11 @@ class ServerState:
     config: ServerConfig
     status: str = NOT_STARTED
     error: str | None = None
-    tools: list[Any] = field(default_factory=list)   # mcp.types.Tool, as listed at start
+    tools: list[Tool] = field(default_factory=list)  # as listed at start
     server_name: str | None = None                   # what the server calls itself (serverInfo)
     server_version: str | None = None
-    client: Any = None
-    stderr: Any = None                               # a stdio server's stderr file
+    client: Client | None = None
+    stderr: IO[str] | None = None                    # a stdio server's stderr file
     _stop: asyncio.Event | None = None
     _gone: asyncio.Event | None = None
     _task: asyncio.Task | None = None
@@ -122,7 +128,7 @@ class McpManager:
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    def _run(self, coro: Any, timeout: float | None) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
         try:
             return future.result(timeout)
@@ -234,7 +240,7 @@ class McpManager:
 
     # --- calls -------------------------------------------------------------------------
 
-    def call(self, server: str, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> Any:
+    def call(self, server: str, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> CallToolResult:
         """Call ``tool`` on ``server``; the SDK's ``CallToolResult``. Raises :class:`McpCallError`."""
         state = self.servers.get(server)
         if state is None or state.status != CONNECTED or state.client is None:
@@ -249,7 +255,7 @@ class McpManager:
         return (f"MCP server '{server}' is not running ({why}); its tools cannot be used in this session. "
                 "Do not retry them: continue without this server, or tell the user it is down.")
 
-    async def _call(self, state: ServerState, tool: str, arguments: dict[str, Any], limit: float) -> Any:
+    async def _call(self, state: ServerState, tool: str, arguments: dict[str, Any], limit: float) -> CallToolResult:
         from mcp.shared.exceptions import MCPError
 
         client = state.client
@@ -349,5 +355,5 @@ class McpManager:
     def __enter__(self) -> "McpManager":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -93,19 +93,19 @@ def _expand(value: str, where: str) -> str:
     return _VAR.sub(fill, value)
 
 
-def _strings(value: Any, what: str) -> list[str]:
+def _strings(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
         raise ValueError(f"'{what}' must be a list of strings")
     return [str(v) for v in value]
 
 
-def _mapping(value: Any, what: str) -> dict[str, str]:
+def _mapping(value: object, what: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, (str, int, float, bool)) for v in value.values()):
         raise ValueError(f"'{what}' must be an object of strings")
     return {str(k): str(v) for k, v in value.items()}
 
 
-def parse_server(name: str, entry: Any, scope: Scope, source: str) -> ServerConfig:
+def parse_server(name: str, entry: object, scope: Scope, source: str) -> ServerConfig:
     """One ``mcpServers`` entry; a problem is kept in ``problem``, never raised."""
     raw = entry if isinstance(entry, dict) else {"_invalid": entry}
     base: dict[str, Any] = {"name": name, "scope": scope, "source": source, "entry": raw}
@@ -149,7 +149,7 @@ def parse_server(name: str, entry: Any, scope: Scope, source: str) -> ServerConf
         return ServerConfig(**base, problem=str(exc))
 
 
-def parse_servers(data: Any, scope: Scope, source: str) -> list[ServerConfig]:
+def parse_servers(data: object, scope: Scope, source: str) -> list[ServerConfig]:
     """The servers of one parsed file (``{"mcpServers": {...}}``); raises :class:`McpConfigError`
     when it is not that shape."""
     if not isinstance(data, dict):

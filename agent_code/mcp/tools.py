@@ -19,10 +19,13 @@ import base64
 import hashlib
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agent_code.mcp.client import McpCallError, McpManager
 from agent_code.tools.base import Tool, ToolContext, ToolError
+
+if TYPE_CHECKING:   # the SDK is imported when a server starts, not with this module
+    from mcp import types as mcp_types
 
 PREFIX = "mcp__"
 MAX_NAME = 64            # the Anthropic API's limit for a tool name
@@ -51,36 +54,36 @@ def _size(data: str) -> str:
     return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} kB"
 
 
-def result_text(result: Any) -> str:
+def result_text(result: mcp_types.CallToolResult) -> str:
     """The text the model reads for a ``CallToolResult`` (see the module doc)."""
+    from mcp import types as mt
+
     parts: list[str] = []
     for block in getattr(result, "content", None) or []:
-        kind = getattr(block, "type", None)
-        if kind == "text":
+        if isinstance(block, mt.TextContent):
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_size(block.data)} — not shown]")
-        elif kind == "resource_link":
-            label = f" ({block.name})" if getattr(block, "name", None) else ""
+        elif isinstance(block, (mt.ImageContent, mt.AudioContent)):
+            parts.append(f"[{block.type}: {block.mime_type}, {_size(block.data)} — not shown]")
+        elif isinstance(block, mt.ResourceLink):
+            label = f" ({block.name})" if block.name else ""
             parts.append(f"[resource link: {block.uri}{label}]")
-        elif kind == "resource":
+        elif isinstance(block, mt.EmbeddedResource):
             res = block.resource
-            text = getattr(res, "text", None)
-            if isinstance(text, str):
-                parts.append(f"[resource {res.uri}]\n{text}")
+            if isinstance(res, mt.TextResourceContents):
+                parts.append(f"[resource {res.uri}]\n{res.text}")
             else:
-                mime = getattr(res, "mime_type", None) or "binary"
-                parts.append(f"[resource {res.uri}: {mime}, {_size(getattr(res, 'blob', '') or '')} — not shown]")
-        else:
-            parts.append(f"[{kind or 'unknown'} content — not shown]")
+                mime = res.mime_type or "binary"
+                parts.append(f"[resource {res.uri}: {mime}, {_size(res.blob or '')} — not shown]")
+        else:   # a content type of a later protocol version
+            parts.append(f"[{getattr(block, 'type', None) or 'unknown'} content — not shown]")
     structured = getattr(result, "structured_content", None)
     if structured is not None and not parts:
         parts.append(json.dumps(structured, ensure_ascii=False, indent=2))
     return "\n".join(parts) if parts else "(no output)"
 
 
-def make_tool(manager: McpManager, server: str, spec: Any) -> Tool:
-    """The agent-code tool for one listed MCP tool (``spec``: ``mcp.types.Tool``)."""
+def make_tool(manager: McpManager, server: str, spec: mcp_types.Tool) -> Tool:
+    """The agent-code tool for one listed MCP tool."""
     annotations = getattr(spec, "annotations", None)
     read_only = bool(getattr(annotations, "read_only_hint", False))
     remote = spec.name
@@ -90,7 +93,7 @@ def make_tool(manager: McpManager, server: str, spec: Any) -> Tool:
     schema = dict(spec.input_schema or {})
     schema.setdefault("type", "object")
 
-    def call(ctx: ToolContext, **arguments: Any) -> str:
+    def call(ctx: ToolContext, **arguments: object) -> str:
         try:
             result = manager.call(server, remote, arguments)
         except McpCallError as exc:
