@@ -89,15 +89,15 @@ def schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Mapping[str,
     return out
 
 
-def _call_parts(call: Any) -> tuple[str | None, Any]:
+def _call_parts(call: object) -> tuple[str | None, object]:
     fn = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping):
         return None, None
     return fn.get("name"), fn.get("arguments")
 
 
-def echo_args(tool: str, args: Any, props: Mapping[str, Any],
-              rewrites: Sequence[Rewrite] = REWRITES) -> tuple[Any, list[str]]:
+def echo_args(tool: str, args: object, props: Mapping[str, Any],
+              rewrites: Sequence[Rewrite] = REWRITES) -> tuple[object, list[str]]:
     """``args`` in echo form, and what each rewrite that changed it did."""
     if not isinstance(args, dict):
         return args, []

@@ -38,12 +38,15 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from agent_code.protocols.jsontypes import same_scalar_types, scalar_paths
+from agent_code.protocols.canonical import ToolSchema
+from agent_code.protocols.jsontypes import JsonPath, same_scalar_types, scalar_paths
+from agent_code.render.template import Renderer
 from agent_code.trajectory import echo, side
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq
 
 POLICIES = ("tokens", "template")
+Tools = list[ToolSchema] | None   # a request's tools (canonical: OpenAI function form)
 HELD_MARKER = "\u27e6agent-code:held-reply\u27e7"
 _SUFFIX_PROBE_USER = {"role": "user", "content": "."}
 
@@ -52,12 +55,12 @@ class SuffixRenderError(ValueError):
     """The template's output could not be split at the held reply (fallback: full render)."""
 
 
-def _digest(previous: bytes, item: Any) -> bytes:
+def _digest(previous: bytes, item: object) -> bytes:
     blob = json.dumps(item, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(previous + blob.encode("utf-8", "surrogatepass")).digest()
 
 
-def _key_chain(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
+def _key_chain(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     """``chain[j]`` identifies ``messages[:j]`` under ``tools`` (``chain[0]``: no message yet).
     Assistant messages count in their echo form (``echo.py``): a tool call a client echoes back
     rewritten in a way it is known to (a default filled in, ...) is the call the model made."""
@@ -68,12 +71,12 @@ def _key_chain(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
     return chain
 
 
-def prefix_keys(messages: Sequence[dict[str, Any]], tools: Any) -> list[bytes]:
+def prefix_keys(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     """``keys[j]`` identifies ``messages[:j + 1]`` under ``tools``."""
     return _key_chain(messages, tools)[1:]
 
 
-def conversation_key(turn: TurnRecord, messages_key: bytes | None = None, tool_schemas: Any = None) -> bytes:
+def conversation_key(turn: TurnRecord, messages_key: bytes | None = None, tool_schemas: echo.Schemas | None = None) -> bytes:
     """The key of the turn's prompt messages followed by its reply. ``messages_key``, the
     key of ``turn.messages`` under ``turn.tools`` when the caller already has it (a
     :class:`PromptPlan` does), saves hashing the whole history again; ``tool_schemas``,
@@ -120,8 +123,9 @@ class SessionHistory:
         self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
         # turn index -> [(position, message)]: where the client echoed a held reply rewritten
         self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-        self._tools: dict[int, tuple[Any, list[tuple[tuple[Any, ...], type]], Any]] = {}  # id(held tools) -> facts
-        self._calls: dict[int, tuple[Any, list[tuple[tuple[Any, ...], type]]]] = {}  # id(held message) -> its calls' scalars
+        # id(held tools) -> (those tools, facts); id(held message) -> (that message, its calls' scalars)
+        self._tools: dict[int, tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas]] = {}
+        self._calls: dict[int, tuple[dict[str, Any], list[tuple[JsonPath, type]]]] = {}
 
     def add(self, turn: TurnRecord, messages_key: bytes | None = None,
             echoed: tuple[int, dict[str, Any]] | None = None) -> None:
@@ -151,11 +155,11 @@ class SessionHistory:
             del self.key_of[i]
             self.echoes.pop(i, None)
 
-    def find_parent(self, messages: Sequence[dict[str, Any]], tools: Any) -> tuple[int, int] | None:
+    def find_parent(self, messages: Sequence[dict[str, Any]], tools: Tools) -> tuple[int, int] | None:
         """(turn index, number of messages it covers) for the longest held prefix."""
         return self.lookup(messages, tools)[0]
 
-    def lookup(self, messages: Sequence[dict[str, Any]], tools: Any,
+    def lookup(self, messages: Sequence[dict[str, Any]], tools: Tools,
                turns: Sequence[TurnRecord] = ()) -> tuple[tuple[int, int] | None, bytes]:
         """:meth:`find_parent`'s answer, and the key of all of ``messages``. ``turns``, the
         session's records, allow the cheap path of the class doc."""
@@ -170,7 +174,7 @@ class SessionHistory:
         return None, chain[-1]
 
 
-    def _extends(self, messages: Sequence[dict[str, Any]], tools: Any,
+    def _extends(self, messages: Sequence[dict[str, Any]], tools: Tools,
                  turns: Sequence[TurnRecord]) -> tuple[tuple[int, int], bytes] | None:
         """The held turn with the longest conversation that fits, when ``messages`` repeat it
         as the client last showed it (and the key of all of ``messages``); None — the digest
@@ -201,7 +205,7 @@ class SessionHistory:
             key = _digest(key, echo.echo_form(message, tool_schemas) if tool_schemas else message)
         return (turn.index, n), key
 
-    def _tools_facts(self, tools: Any) -> tuple[list[tuple[tuple[Any, ...], type]], Any]:
+    def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
         """For a held tools list (kept per object): where it holds a number, bool or null and of
         which type, and its echo schemas."""
         held = self._tools.get(id(tools))
@@ -242,24 +246,24 @@ def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return _strictly_equal(a.get("tool_calls"), calls)
 
 
-def _strictly_equal(a: Any, b: Any) -> bool:
+def _strictly_equal(a: object, b: object) -> bool:
     """``a == b`` with JSON's types kept apart (``True``, ``1`` and ``1.0`` differ)."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, dict):
+    if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_strictly_equal(v, b[k]) for k, v in a.items())
-    if isinstance(a, list):
+    if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_strictly_equal(x, y) for x, y in zip(a, b))
     return a == b
 
 
-def render_suffix(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
+def render_suffix(renderer: Renderer, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Tools,
                   held_ends_with_eot: bool) -> list[int]:
     """Ids the template puts after a held reply: the new messages and the generation prompt."""
     return renderer.encode(suffix_text(renderer, held_reply, suffix, tools, held_ends_with_eot))
 
 
-def suffix_text(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Any,
+def suffix_text(renderer: Renderer, held_reply: dict[str, Any], suffix: list[dict[str, Any]], tools: Tools,
                 held_ends_with_eot: bool) -> str:
     """The text :func:`render_suffix` tokenizes."""
     stand_in = {"role": "assistant", "content": HELD_MARKER}
@@ -277,7 +281,7 @@ def suffix_text(renderer: Any, held_reply: dict[str, Any], suffix: list[dict[str
     return tail if held_ends_with_eot else eot + tail
 
 
-_TAIL_PROBES: dict[int, tuple[Any, bool]] = {}
+_TAIL_PROBES: dict[int, tuple[Renderer, bool]] = {}
 _PROBE_TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file.",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
@@ -285,7 +289,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {
         "type": "object", "properties": {"code": {"type": "string"}}}}}]
 
 
-def tools_shape_the_tail(renderer: Any) -> bool:
+def tools_shape_the_tail(renderer: Renderer) -> bool:
     """Whether the chat template renders anything after the conversation's start differently
     when tools are declared (measured once per renderer on probe conversations: tool calls,
     tool results, user text, reasoning). When it does not — every template we serve renders
@@ -342,14 +346,14 @@ class PendingSuffix:
                           messages_key=self.key, held_messages=self.held_messages, notes=self.notes)
 
 
-def plan_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
-                messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan:
+def plan_prompt(renderer: Renderer, turns: Sequence[TurnRecord], history: SessionHistory,
+                messages: list[dict[str, Any]], tools: Tools, policy: str = "tokens") -> PromptPlan:
     staged = stage_prompt(renderer, turns, history, messages, tools, policy)
     return staged.complete(renderer.encode(staged.text)) if isinstance(staged, PendingSuffix) else staged
 
 
-def stage_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHistory,
-                 messages: list[dict[str, Any]], tools: Any, policy: str = "tokens") -> PromptPlan | PendingSuffix:
+def stage_prompt(renderer: Renderer, turns: Sequence[TurnRecord], history: SessionHistory,
+                 messages: list[dict[str, Any]], tools: Tools, policy: str = "tokens") -> PromptPlan | PendingSuffix:
     """:func:`plan_prompt` up to its last step: a request that extends a held turn comes back as
     a :class:`PendingSuffix` (its suffix rendered, not yet tokenized), any other as its plan."""
     if policy == "tokens":
@@ -377,7 +381,7 @@ def stage_prompt(renderer: Any, turns: Sequence[TurnRecord], history: SessionHis
     raise ValueError(f"unknown history policy '{policy}' (choose from {', '.join(POLICIES)})")
 
 
-def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tools: Any) -> str | None:
+def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tools: Tools) -> str | None:
     """Why a request that extends no held turn starts a root: a client's ``side`` request, or
     (measured against the conversation's first root, side requests aside) a ``retry``,
     ``sub-agent`` or ``compaction``; None for the conversation's first root."""
@@ -392,8 +396,8 @@ def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tool
     return "compaction" if side.same_agent(messages, tools, roots[0].messages, roots[0].tools) else "sub-agent"
 
 
-def _template_plan(renderer: Any, turns: Sequence[TurnRecord], messages: list[dict[str, Any]],
-                   tools: Any) -> PromptPlan:
+def _template_plan(renderer: Renderer, turns: Sequence[TurnRecord], messages: list[dict[str, Any]],
+                   tools: Tools) -> PromptPlan:
     """Full re-render, then classify how it relates to what the session already holds."""
     ids = array("i", renderer.render(messages, tools))
     plan = PromptPlan(TokenSeq(ids), policy="template")

@@ -17,9 +17,31 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NotRequired, Sequence, TypedDict, Unpack
 
 from agent_code.trajectory.tokens import TokenSeq
+
+
+class TurnFields(TypedDict):
+    """:class:`TurnRecord`'s fields other than its ids and logprobs (:meth:`TurnRecord.build`)."""
+
+    session_id: str
+    index: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    finish_reason: str
+    reply: dict[str, Any]
+    ill_formed: NotRequired[list[str]]
+    protocol: NotRequired[str]
+    started_at: NotRequired[float]
+    timing: NotRequired[dict[str, float]]
+    parent: NotRequired[int | None]
+    policy: NotRequired[str]
+    prefix_reused: NotRequired[int]
+    drift: NotRequired[list[dict[str, Any]]]
+    branch_hint: NotRequired[str | None]
+    notes: NotRequired[list[dict[str, Any]]]
+    cached_tokens: NotRequired[int | None]
 
 
 @dataclass
@@ -49,7 +71,7 @@ class TurnRecord:
 
     @classmethod
     def build(cls, *, prompt_ids: Sequence[int], output_ids: Sequence[int], logprobs: Sequence[float],
-              **kw: Any) -> "TurnRecord":
+              **kw: Unpack[TurnFields]) -> "TurnRecord":
         prompt = prompt_ids if isinstance(prompt_ids, TokenSeq) else TokenSeq(array("i", prompt_ids))
         return cls(prompt_ids=prompt, output_ids=array("i", output_ids), logprobs=array("f", logprobs), **kw)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from agent_code.protocols.canonical import ToolSchema
+
 # (client, what, text its system prompt holds); one row per known side request
 MARKERS: tuple[tuple[str, str, str], ...] = (
     ("Claude Code", "session title", "Generate a concise, sentence-case title"),
@@ -37,7 +39,7 @@ def marked(messages: Sequence[dict[str, Any]]) -> str | None:
     return next((f"{client}: {what}" for client, what, text in MARKERS if text in system), None)
 
 
-def is_side(messages: Sequence[dict[str, Any]], tools: Any, others_have_tools: bool) -> bool:
+def is_side(messages: Sequence[dict[str, Any]], tools: Sequence[ToolSchema] | None, others_have_tools: bool) -> bool:
     """Whether a root request is a side request (``others_have_tools``: another root of the
     session offered tools)."""
     return marked(messages) is not None or (not tools and others_have_tools)
@@ -51,7 +53,7 @@ def side_roots(roots: Iterable[Any]) -> set[int]:
     return {r.index for r in roots if is_side(r.messages, r.tools, any(o is not r for o in with_tools))}
 
 
-def tool_names(tools: Any) -> frozenset[str]:
+def tool_names(tools: Iterable[object] | None) -> frozenset[str]:
     """The names of the tools a request offers (canonical or Anthropic form)."""
     names = set()
     for tool in tools or ():
@@ -62,8 +64,8 @@ def tool_names(tools: Any) -> frozenset[str]:
     return frozenset(names)
 
 
-def same_agent(a_messages: Sequence[dict[str, Any]], a_tools: Any, b_messages: Sequence[dict[str, Any]],
-               b_tools: Any) -> bool:
+def same_agent(a_messages: Sequence[dict[str, Any]], a_tools: Sequence[ToolSchema] | None,
+               b_messages: Sequence[dict[str, Any]], b_tools: Sequence[ToolSchema] | None) -> bool:
     """Whether two roots speak as the same agent: the same system prompt and the same tools. A
     root that differs in either is a sub-agent (Codex's sub-agents keep the parent's system
     prompt but get other tools); one that differs in neither is a compaction or a restart."""

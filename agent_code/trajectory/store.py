@@ -34,10 +34,13 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.samples import Sample, build_samples
+
+if TYPE_CHECKING:   # an optional package (the parquet extra), imported where it is used
+    import pyarrow as pa
 
 __all__ = ["TurnLog", "safe_name", "write_samples", "read_samples", "recover", "read_turn_log", "mark_ended",
            "ended_ids", "exported_ids", "done_ids", "SAMPLES_JSONL", "SAMPLES_DIR", "SESSIONS_DIR", "ENDED_JSONL"]
@@ -244,7 +247,7 @@ def recover(directory: str | os.PathLike, *, reward: float | None = None, status
 
 # --------------------------------------------------------------------------- export
 
-def _schema() -> Any:
+def _schema() -> pa.Schema:
     import pyarrow as pa
     return pa.schema([
         ("session_id", pa.string()), ("rollout_id", pa.string()), ("index", pa.int64()),
@@ -255,7 +258,7 @@ def _schema() -> Any:
     ])
 
 
-def _table(samples: list[Sample]) -> Any:
+def _table(samples: list[Sample]) -> pa.Table:
     import pyarrow as pa
     schema = _schema()
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}
@@ -299,7 +302,7 @@ def write_parquet(samples: Iterable[Sample], path: str | os.PathLike) -> Path:
     return _write_table(_table(list(samples)), Path(path))
 
 
-def _write_table(table: Any, path: Path) -> Path:
+def _write_table(table: pa.Table, path: Path) -> Path:
     import pyarrow.parquet as pq
 
     tmp = path.with_name(path.name + ".tmp")
