@@ -38,9 +38,13 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from agent_code.render import models
+
+if TYPE_CHECKING:   # heavy packages, imported where a tokenizer is loaded
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 _PROBE = "agentcodeprobe"  # content of a probe assistant message; plain lowercase ascii
 
@@ -73,7 +77,7 @@ class TokenizerLoadError(RuntimeError):
 class Renderer:
     """A tokenizer plus its chat template: messages → ids, text ↔ ids, end-of-turn tokens."""
 
-    def __init__(self, tokenizer: Any, *, name: str = "", extra_eos_ids: Sequence[int] = ()):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, name: str = "", extra_eos_ids: Sequence[int] = ()):
         if not getattr(tokenizer, "chat_template", None):
             raise TokenizerLoadError(f"the tokenizer {name or tokenizer!r} has no chat template")
         self.tokenizer = tokenizer
@@ -99,7 +103,7 @@ class Renderer:
         return template
 
     def render(self, messages: list[dict], tools: list[dict] | None = None, *,
-               add_generation_prompt: bool = True, cached: bool = True, **template_kwargs: Any) -> list[int]:
+               add_generation_prompt: bool = True, cached: bool = True, **template_kwargs: object) -> list[int]:
         """Prompt token ids for ``messages`` (+ tools), ending with the generation prompt.
 
         The template's text is tokenized through the :class:`SegmentCache` when the tokenizer
@@ -112,20 +116,22 @@ class Renderer:
         return self._render_ids(messages, tools, add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     def _render_ids(self, messages: list[dict], tools: list[dict] | None = None, *,
-                    add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
+                    add_generation_prompt: bool = True, **template_kwargs: object) -> list[int]:
         out = self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
             tokenize=True, return_dict=False, **template_kwargs)
         return _as_id_list(out)
 
     def render_text(self, messages: list[dict], tools: list[dict] | None = None, *,
-                    add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+                    add_generation_prompt: bool = True, **template_kwargs: object) -> str:
         return self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
             tokenize=False, **template_kwargs)
 
-    def count(self, messages: list[dict], tools: list[dict] | None = None, **template_kwargs: Any) -> int:
-        return len(self.render(messages, tools, **template_kwargs))
+    def count(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
+              cached: bool = True, **template_kwargs: object) -> int:
+        return len(self.render(messages, tools, add_generation_prompt=add_generation_prompt, cached=cached,
+                               **template_kwargs))
 
     # ----------------------------------------------------------------- text <-> ids
 
@@ -195,7 +201,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 LONG_TEXT = 16 * 1024  # characters: past this, tokenize through the batch call (below)
 
 
-def backend_encode(backend: Any, text: str) -> list[int]:
+def backend_encode(backend: Tokenizer, text: str) -> list[int]:
     """``backend.encode(text).ids`` (a ``tokenizers.Tokenizer``, no special tokens added). A long
     text goes through ``encode_batch``, which gives the same ids but lets go of the GIL while
     it works, so a gateway tokenizing a 10 MB prompt in a worker thread still answers others
@@ -225,7 +231,7 @@ class SegmentCache:
     is bounded by ``max_chars``. Thread-safe.
     """
 
-    def __init__(self, encode: Any, delimiter: str, delimiter_id: int, *, min_chars: int = 1024,
+    def __init__(self, encode: Callable[[str], list[int]], delimiter: str, delimiter_id: int, *, min_chars: int = 1024,
                  max_chars: int = 16 * 2**20) -> None:
         self._encode, self.delimiter, self.delimiter_id = encode, delimiter, delimiter_id
         self.min_chars, self.max_chars = min_chars, max_chars
@@ -376,7 +382,7 @@ def _extra_eos(directory: str) -> list[int]:
     return ids
 
 
-def _eos_list(value: Any) -> list[int]:
+def _eos_list(value: object) -> list[int]:
     if isinstance(value, int):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -419,7 +425,7 @@ def _convert_gguf(path: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _tokenizer_from_gguf_meta(meta: dict) -> Any | None:
+def _tokenizer_from_gguf_meta(meta: dict) -> PreTrainedTokenizerBase | None:
     """A transformers fast tokenizer for a GGUF byte-level BPE vocabulary, or None if unsupported."""
     if meta.get("tokenizer.ggml.model") != "gpt2":
         return None
@@ -468,7 +474,7 @@ def _tokenizer_from_gguf_meta(meta: dict) -> Any | None:
     return tokenizer
 
 
-def _tokenizer_via_transformers(path: Path) -> Any:
+def _tokenizer_via_transformers(path: Path) -> PreTrainedTokenizerBase:
     """transformers' own GGUF conversion (needs torch in transformers 5; slow)."""
     from transformers import AutoTokenizer
     try:
