@@ -24,7 +24,7 @@ import asyncio
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
 
 USERS = ("root", "agent")
 
@@ -59,7 +59,7 @@ class Job:
     log_path: str
     marker_path: str
     started: float = field(default_factory=time.monotonic)
-    handle: Any = None             # backend-specific (a local process, a remote pid)
+    handle: asyncio.subprocess.Process | int | None = None   # backend-specific (a local process, a remote pid)
 
 
 @runtime_checkable
@@ -70,7 +70,7 @@ class Sandbox(Protocol):
 
     async def __aenter__(self) -> "Sandbox": ...
 
-    async def __aexit__(self, *exc: Any) -> None: ...
+    async def __aexit__(self, *exc: object) -> None: ...
 
     async def exec(self, cmd: str | list[str], *, user: str = "root", env: Mapping[str, str] | None = None,
                    timeout: float | None = None, cwd: str | None = None) -> ExecResult: ...
@@ -165,5 +165,5 @@ class PollingJobs:
             await asyncio.sleep(self.poll_interval)
 
     async def kill(self, job: Job) -> None:
-        if job.handle:
+        if isinstance(job.handle, int) and job.handle:
             await self.exec(f"kill -s KILL -- -{int(job.handle)} 2>/dev/null; true", timeout=30)  # type: ignore[attr-defined]

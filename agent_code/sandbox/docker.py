@@ -62,9 +62,15 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
+
+if TYPE_CHECKING:   # the Docker SDK is imported when a sandbox starts, not with this module
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+    from agent_code.sandbox.relay import GatewayRelay
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 PROJECT_IMAGE = "agent-code-sandbox"          # built by scripts/docker-setup.sh
@@ -187,10 +193,10 @@ class DockerSandbox(PollingJobs):
         self.run_options.update(run_options or {})
         self.id = secrets.token_hex(6)
         self.agent_uid = self.agent_gid = 0
-        self._client: Any = None
-        self._container: Any = None
+        self._client: DockerClient | None = None
+        self._container: Container | None = None
         self._relay_dir: str | None = None   # on this machine: the relay's socket lives here
-        self._relay: Any = None
+        self._relay: GatewayRelay | None = None
         self._gateway_url: tuple[str, str] | None = None
 
     @property
@@ -200,14 +206,14 @@ class DockerSandbox(PollingJobs):
     # --- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._client = await asyncio.to_thread(self._connect)
+        client = self._client = await asyncio.to_thread(self._connect)
         try:
-            await asyncio.to_thread(self._ensure_image)
+            await asyncio.to_thread(self._ensure_image, client)
             # 0700, root's (this process's): only root here and root in the container get in
             self._relay_dir = tempfile.mkdtemp(prefix=f"agent-code-docker-{self.id}-")
             # created in a thread that a cancellation cannot stop: wait for it then, so that the
             # container it makes is known, and removed below, instead of left behind
-            creating = asyncio.ensure_future(asyncio.to_thread(self._create_container))
+            creating = asyncio.ensure_future(asyncio.to_thread(self._create_container, client))
             try:
                 self._container = await asyncio.shield(creating)
             except asyncio.CancelledError:
@@ -241,7 +247,7 @@ class DockerSandbox(PollingJobs):
         if relay_dir is not None:
             shutil.rmtree(relay_dir, ignore_errors=True)
 
-    def _connect(self) -> Any:
+    def _connect(self) -> DockerClient:
         try:
             import docker
         except ImportError as e:
@@ -257,11 +263,11 @@ class DockerSandbox(PollingJobs):
             raise SandboxError(f"no Docker engine at {self.host} ({type(e).__name__}: {e})") from e
         return client
 
-    def _ensure_image(self) -> None:
+    def _ensure_image(self, client: DockerClient) -> None:
         import docker
 
         try:
-            self._client.images.get(self.image)
+            client.images.get(self.image)
         except docker.errors.ImageNotFound:
             if is_project_image(self.image):
                 raise SandboxError(f"image {self.image} is not on the Docker engine at {self.host}: "
@@ -270,20 +276,20 @@ class DockerSandbox(PollingJobs):
                 raise SandboxError(f"image {self.image} is not on the Docker engine at {self.host} "
                                    "(and pull=False)") from None
             try:
-                self._client.images.pull(self.image)
+                client.images.pull(self.image)
             except docker.errors.APIError as e:
                 raise SandboxError(f"could not pull image {self.image}: {e}") from e
 
-    def _create_container(self) -> Any:
+    def _create_container(self, client: DockerClient) -> Container:
         try:
-            return self._client.containers.run(
+            return client.containers.run(
                 self.image, entrypoint=["sleep", "infinity"], detach=True, init=True,
                 working_dir="/", name=f"agent-code-{self.id}", labels={"agent-code.sandbox": self.id},
                 environment=self.env, hostname="sandbox",
                 volumes={self._relay_dir: {"bind": RELAY_DIR, "mode": "ro"}}, **self.run_options)
         except Exception as e:   # an API error, or the engine too slow to answer (a read timeout)
             try:   # created but not started (run = create + start), or created after we gave up
-                self._client.containers.get(f"agent-code-{self.id}").remove(force=True, v=True)
+                client.containers.get(f"agent-code-{self.id}").remove(force=True, v=True)
             except Exception:
                 pass
             raise SandboxError(f"could not start a container from {self.image}: {type(e).__name__}: {e}") from e
@@ -308,7 +314,7 @@ class DockerSandbox(PollingJobs):
     def _ids(self, user: str) -> tuple[int, int]:
         return (self.agent_uid, self.agent_gid) if check_user(user) == "agent" else (0, 0)
 
-    def _container_or_fail(self) -> Any:
+    def _container_or_fail(self) -> Container:
         if self._container is None:
             raise SandboxError("the docker sandbox is not running (use it inside `async with`)")
         return self._container
@@ -338,7 +344,7 @@ class DockerSandbox(PollingJobs):
         return ExecResult(done.exit_code, out, err, elapsed)
 
     async def kill(self, job: Job) -> None:
-        if job.handle:
+        if isinstance(job.handle, int) and job.handle:
             await self.exec(kill_group_command(job.handle), cwd="/", timeout=30)
 
     async def _must(self, script: str, user: str, what: str) -> None:

@@ -45,7 +45,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
 from agent_code.sandbox.docker import (
@@ -56,6 +56,9 @@ from agent_code.sandbox.docker import (
     resolve,
     tar_tree,
 )
+
+if TYPE_CHECKING:   # the E2B SDK is imported when a sandbox starts, not with this module
+    from e2b import AsyncSandbox
 
 E2B_USERS = {"root": "root", "agent": "user"}
 GATEWAY_ENV = "AGENT_CODE_E2B_GATEWAY_URL"
@@ -98,7 +101,7 @@ class E2BSandbox(PollingJobs):
         self.metadata = dict(metadata or {})
         self._workdir_option = workdir
         self.workdir = self.home = ""
-        self._box: Any = None
+        self._box: AsyncSandbox | None = None
 
     @property
     def sandbox_id(self) -> str | None:
@@ -174,7 +177,7 @@ class E2BSandbox(PollingJobs):
             async with self._sdk(f"kill sandbox {box.sandbox_id}"):
                 await box.kill()
 
-    def _running(self) -> Any:
+    def _running(self) -> AsyncSandbox:
         if self._box is None:
             raise SandboxError("the e2b sandbox is not running (use it inside `async with`)")
         return self._box
@@ -207,7 +210,7 @@ class E2BSandbox(PollingJobs):
         return ExecResult(code, out or "", err or "", elapsed)
 
     async def kill(self, job: Job) -> None:
-        if job.handle:
+        if isinstance(job.handle, int) and job.handle:
             await self.exec(kill_group_command(job.handle), timeout=30)
 
     async def _must(self, script: str, user: str, what: str) -> None:

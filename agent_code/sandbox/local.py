@@ -61,11 +61,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Awaitable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, check_user
 from agent_code.sandbox.relay import GatewayRelay, gateway_address
+
+T = TypeVar("T")
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MARKER = "AGENT_CODE_SANDBOX"
@@ -171,7 +173,7 @@ class LocalSandbox:
                     self.provide(path)
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -284,7 +286,7 @@ class LocalSandbox:
     # --- commands ------------------------------------------------------------------------
 
     async def _spawn(self, cmd: str | list[str], user: str, env: Mapping[str, str] | None, cwd: str | None,
-                     stdout: Any, stderr: Any) -> asyncio.subprocess.Process:
+                     stdout: int | IO[bytes], stderr: int) -> asyncio.subprocess.Process:
         check_user(user)
         if self.root == Path():
             raise SandboxError("the sandbox is not open (use `async with`)")
@@ -305,7 +307,8 @@ class LocalSandbox:
         except (ProcessLookupError, PermissionError):
             pass
 
-    async def _finish(self, proc: asyncio.subprocess.Process, waiter: Any, timeout: float | None) -> tuple[Any, bool]:
+    async def _finish(self, proc: asyncio.subprocess.Process, waiter: Awaitable[T],
+                      timeout: float | None) -> tuple[T | None, bool]:
         try:
             return await asyncio.wait_for(waiter, timeout), False
         except asyncio.TimeoutError:
@@ -338,7 +341,8 @@ class LocalSandbox:
         return job
 
     async def wait(self, job: Job, budget: float | None = None) -> ExecResult:
-        proc: asyncio.subprocess.Process = job.handle
+        proc = job.handle
+        assert isinstance(proc, asyncio.subprocess.Process), "a job this sandbox started"
         remaining = None if budget is None else max(0.0, job.started + budget - time.monotonic())
         _, timed_out = await self._finish(proc, proc.wait(), remaining)
         code = None if timed_out else proc.returncode
@@ -347,7 +351,8 @@ class LocalSandbox:
         return ExecResult(code, log, "", time.monotonic() - job.started, timed_out)
 
     async def kill(self, job: Job) -> None:
-        proc: asyncio.subprocess.Process = job.handle
+        proc = job.handle
+        assert isinstance(proc, asyncio.subprocess.Process), "a job this sandbox started"
         self._kill_group(proc)
         await proc.wait()
         self._procs.discard(proc)
