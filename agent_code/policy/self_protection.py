@@ -377,12 +377,17 @@ def _real(path: str, cache: dict[str, str]) -> str:
         parent = parent or "/"
         above = cache.get(parent) or _real(parent, cache)
         full = above + "/" + name if above != "/" else "/" + name
-        if _ABSENT + above in cache:  # its lstat would fail (ENOENT or ENOTDIR): no link
+        if _ABSENT + above in cache:  # its lstat would fail: no link
             is_link = False
             cache[_ABSENT + full] = full
         else:
             try:
-                is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+                if _ACCESS_NOFOLLOW and not os.access(full, os.F_OK, effective_ids=True, follow_symlinks=False):
+                    # (see _ACCESS_NOFOLLOW) its lstat would fail: no link, nor anything below it
+                    is_link = False
+                    cache[_ABSENT + full] = full
+                else:
+                    is_link = stat.S_ISLNK(os.lstat(full).st_mode)
             except (FileNotFoundError, NotADirectoryError):
                 is_link = False
                 cache[_ABSENT + full] = full
@@ -393,9 +398,19 @@ def _real(path: str, cache: dict[str, str]) -> str:
     return real
 
 
-# in _real's cache, a resolved path that does not exist (or is no directory) is noted under
-# this prefix and itself (no path to resolve starts with a NUL)
+# in _real's cache, a resolved path whose lstat fails (it does not exist, a directory above
+# it is a file, or cannot be searched …) is noted under this prefix and itself (no path to
+# resolve starts with a NUL): the lstat of every path below it fails too (it resolves the
+# same directories first), so nothing below it is a link either
 _ABSENT = "\x00"
+
+# Most words judged as paths name nothing that exists, and a failed os.lstat raises: building
+# the FileNotFoundError costs more than the system call. os.access(F_OK) without following a
+# last symlink answers False instead (a dangling link exists: True), with the effective ids
+# lstat uses; it is False for every error lstat would raise on the way there (ENOENT,
+# ENOTDIR, EACCES, ELOOP, ENAMETOOLONG), which all fail every path below as well. Only a path
+# that exists gets its lstat. tests/test_policy_fastpaths.py compares it with lstat alone.
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks and os.access in os.supports_effective_ids
 
 
 def protected_path(path: str, places: Places, cwd: Path | None = None,

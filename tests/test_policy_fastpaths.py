@@ -1,0 +1,157 @@
+"""Fast paths of the policy package against the general paths they stand in for.
+
+The permission check runs on every bash call, so some of its steps take a shorter way for
+the usual case (a word that names nothing that exists, …). Each test here runs the same
+inputs through the fast path and through the general one (the fast path switched off, or a
+copy of the code it replaced) and requires the same answer on inputs chosen to trip it:
+symlinks into protected places, dangling links, link loops, ``..`` after a link, files used
+as directories, unreadable directories, over-long names, globs, ``~``."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agent_code.policy import self_protection as sp
+
+
+# --- _real: os.access before os.lstat ---------------------------------------------------
+
+def _real_by_lstat(path: str, cache: dict[str, str]) -> str:
+    """``self_protection._real`` as it was before the os.access shortcut: one lstat per
+    new component, the errors caught."""
+    known = cache.get(path)
+    if known is not None:
+        return known
+    parent, _, name = path.rpartition("/")
+    if not name:
+        real = path
+    else:
+        parent = parent or "/"
+        above = cache.get(parent) or _real_by_lstat(parent, cache)
+        full = above + "/" + name if above != "/" else "/" + name
+        if sp._ABSENT + above in cache:
+            is_link = False
+            cache[sp._ABSENT + full] = full
+        else:
+            try:
+                is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                is_link = False
+                cache[sp._ABSENT + full] = full
+            except (OSError, ValueError):
+                is_link = False
+        real = os.path.realpath(full) if is_link else full
+    cache[path] = real
+    return real
+
+
+@pytest.fixture
+def tree(tmp_path: Path):
+    """A project full of traps, and the home directory beside it."""
+    root = tmp_path / "project"
+    home = tmp_path / "home"
+    (root / ".agent").mkdir(parents=True)
+    (root / ".agent" / "settings.json").write_text("{}")
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "src" / "deep").mkdir(parents=True)
+    (root / "file.txt").write_text("x")               # a file used as a directory: ENOTDIR
+    (home / ".agent-code").mkdir(parents=True)
+    links = {
+        "to_agent": ".agent",                             # a link to a protected directory
+        "to_settings": ".agent/settings.json",            # … to a protected file
+        "dangling_into_agent": ".agent/new-file",         # dangling, its target would be created there
+        "dangling": "nowhere/deeper",                     # dangling, into nothing
+        "loop1": "loop2", "loop2": "loop1",               # ELOOP
+        "self": "self",
+        "abs_to_git": str(root / ".git" / "hooks"),       # absolute target
+        "src/up_to_git": "../.git",                       # a relative target with ..
+        "src/deep/up2": "../../to_agent",                 # a link to a link
+        "to_home_dir": str(home / ".agent-code"),
+        "to_file_txt": "file.txt",
+        "dangling_dir/x": None,                           # (made below: a link inside a missing dir)
+    }
+    for name, target in links.items():
+        if target is not None:
+            os.symlink(target, root / name)
+    locked = root / "locked"
+    (locked / "inner").mkdir(parents=True)
+    os.symlink("../../.agent", locked / "inner" / "to_agent")
+    locked.chmod(0)                                       # EACCES below it (when not root)
+    yield root, home
+    locked.chmod(0o755)
+
+
+def _paths(root: Path, home: Path) -> list[str]:
+    names = ["to_agent", "to_settings", "dangling_into_agent", "dangling", "loop1", "loop2", "self",
+             "abs_to_git", "src/up_to_git", "src/deep/up2", "src/deep", "src", "to_home_dir", "to_file_txt",
+             "file.txt", "missing", "missing/deeper", "locked", "locked/inner", "locked/inner/to_agent",
+             ".agent", ".git", "dangling_dir", "x" * 300, "src/" + "y" * 300 + "/z"]
+    tails = ["", "/child", "/child/grandchild", "/settings.json", "/hooks", "/hooks/pre-commit", "/x/y/z"]
+    out = [str(root), str(home), "/", str(root.parent)]
+    for name in names:
+        for tail in tails:
+            out.append(f"{root}/{name}{tail}")
+    out += [f"{home}/.agent-code/trust", f"{home}/missing/x", "/nonexistent/a/b", "/etc/passwd", "/proc/self/root"]
+    return out
+
+
+def test_real_takes_the_same_answer_as_lstat_alone(tree):
+    root, home = tree
+    paths = _paths(root, home)
+    for path in paths:  # each from a fresh cache
+        assert sp._real(path, {}) == _real_by_lstat(path, {}), path
+    fast: dict[str, str] = {}
+    slow: dict[str, str] = {}
+    for order in (paths, list(reversed(paths)), paths):  # one cache each: what earlier paths left counts
+        for path in order:
+            assert sp._real(path, fast) == _real_by_lstat(path, slow), path
+
+
+def test_real_matches_realpath(tree):
+    """Without ``..`` a resolved path is ``os.path.realpath``'s (which follows every link)."""
+    root, home = tree
+    for path in _paths(root, home):
+        try:
+            expected = os.path.realpath(path)
+        except OSError:
+            continue
+        if "loop" in path or "/self" in path:
+            continue  # realpath leaves a loop as it stands; _real keeps what it could resolve
+        assert sp._real(path, {}) == expected, path
+
+
+def _words(root: Path, home: Path) -> list[str]:
+    rel = ["to_agent", "to_agent/settings.json", "to_settings", "dangling_into_agent", "dangling", "dangling/x",
+           "loop1/x", "self", "abs_to_git/pre-commit", "src/up_to_git/config", "src/deep/up2/x", "src/deep/../..",
+           "src/../.agent", "to_agent/..", "to_agent/../file.txt", "file.txt/x", "locked/inner/to_agent/x",
+           "missing/../.git/config", "./to_agent", "src//up_to_git", "src/", "src/app.py", "-q", "--output=x",
+           "to_home_dir/settings.json", "to_file_txt", ".", "..", "../project/.agent", "x" * 300,
+           "to_ag*", "to_agent/*", "src/*/up2", ".ag*", "~/.agent-code", "~/x", "~root/x", "$HOME/.gitconfig",
+           "{to_agent,src}/x", "src/{a,b}", "+(x)", "print(1)", "+%Y%m%d", "a b", "s/a/b/g"]
+    absolute = [f"{root}/{w}" for w in rel[:20]] + [f"{home}/.gitconfig", "/tmp/x", "/"]
+    return rel + absolute
+
+
+@pytest.mark.parametrize("cwd_unknown", [False, True])
+def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_unknown):
+    root, home = tree
+    places = sp.Places.of(root, home)
+    words = _words(root, home)
+
+    def judge_all() -> list[object]:
+        shell = sp._Shell(places, places.root, cwds=(places.root, root / "src") if not cwd_unknown
+                          else (places.root,), cwd_unknown=cwd_unknown)
+        shared = [sp.judge_word(w, shell) for w in words]
+        alone = [sp.judge_word(w, sp._Shell(places, places.root)) for w in words]
+        edits = [sp.protected_path(w, places) for w in words]
+        return [shared, alone, edits]
+
+    fast = judge_all()
+    monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    assert judge_all() == fast
+    assert any(v is not None and v[0] == "deny" for v in fast[0])  # the traps are there
