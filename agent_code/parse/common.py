@@ -57,7 +57,7 @@ def short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def make_call(name: Any, arguments: Any, declared: Declared, source: str) -> tuple[ToolCallOut | None, list[str]]:
+def make_call(name: object, arguments: object, declared: Declared, source: str) -> tuple[ToolCallOut | None, list[str]]:
     """A call if ``name`` is a declared tool and ``arguments`` a dict, else (None, [why]).
 
     Missing required arguments do not reject the call (the client's tool will answer with its

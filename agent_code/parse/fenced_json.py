@@ -12,7 +12,6 @@ content. Missing required arguments keep the call, noted ``(call kept)``.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from agent_code.parse.common import Declared, arguments_of, loads, make_call, raw_decode
 from agent_code.protocols.canonical import ToolCallOut
@@ -25,7 +24,7 @@ CANDIDATE = re.compile(r"\{\s*\"")
 MAX_CANDIDATES = 64  # bare-object attempts per reply: bounds the work on adversarial text
 
 
-def _calls(value: Any, declared: Declared) -> tuple[list[ToolCallOut], list[str]] | None:
+def _calls(value: object, declared: Declared) -> tuple[list[ToolCallOut], list[str]] | None:
     """The calls ``value`` names, or None when it is not entirely made of declared calls."""
     items = value if isinstance(value, list) and value else [value]
     calls: list[ToolCallOut] = []

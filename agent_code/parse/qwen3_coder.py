@@ -34,7 +34,7 @@ P_OPEN, P_CLOSE = "<parameter=", "</parameter>"
 SOURCE = "qwen3_coder"
 
 
-def _types(spec: Any) -> list[str]:
+def _types(spec: object) -> list[str]:
     if not isinstance(spec, dict):
         return []
     kind = spec.get("type")
@@ -51,7 +51,7 @@ def _types(spec: Any) -> list[str]:
     return out
 
 
-def _convert_one(value: str, kind: str) -> tuple[bool, Any]:
+def _convert_one(value: str, kind: str) -> tuple[bool, object]:
     text = value.strip()
     if kind == "boolean":
         if text.lower() in ("true", "false"):
@@ -81,7 +81,7 @@ def _convert_one(value: str, kind: str) -> tuple[bool, Any]:
     return False, None
 
 
-def convert(value: str, spec: Any) -> tuple[Any, bool]:
+def convert(value: str, spec: object) -> tuple[object, bool]:
     """(converted value, ok). Undeclared or string-typed parameters stay text."""
     kinds = _types(spec)
     if not kinds or "string" in kinds:
