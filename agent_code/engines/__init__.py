@@ -19,9 +19,12 @@ Each engine module is imported only when its spec is used, so optional dependenc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_code.engines.base import Engine, EngineError, Generation
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 __all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
 
@@ -29,7 +32,7 @@ ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "llamacpp:qwe
                 "vllm:URL", "hf:MODEL", "instant[:TEXT]")
 
 
-def create_engine(spec: str, renderer: Any, **options: Any) -> Engine:
+def create_engine(spec: str, renderer: Renderer, **options: Any) -> Engine:
     """An engine for ``spec`` (see the module doc); ``options`` go to its constructor."""
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()

@@ -25,16 +25,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
+
+if TYPE_CHECKING:   # torch and transformers: optional (the hf extra), imported when the model loads
+    import torch
+    from transformers import PreTrainedModel
+
+    from agent_code.render.template import Renderer
 
 
 class HFEngine:
     name = "hf"
 
-    def __init__(self, model_id_or_path: str, device: str = "cpu", *, renderer: Any = None,
+    def __init__(self, model_id_or_path: str, device: str = "cpu", *, renderer: Renderer | None = None,
                  dtype: str | None = None, eos_ids: Sequence[int] | None = None,
                  prefill_chunk: int = 512, cancel_timeout: float = 60.0):
         self.model_id = str(model_id_or_path)
@@ -46,8 +52,7 @@ class HFEngine:
         self.cancel_timeout = cancel_timeout
         self.eos_ids: list[int] = []
         self.aborted = 0  # generations stopped by cancellation
-        self._model: Any = None
-        self._torch: Any = None
+        self._model: PreTrainedModel | None = None
         self._cache_kw = "past_key_values"
         self._keep_kw: str | None = None
         self._load_lock = threading.Lock()
@@ -57,7 +62,7 @@ class HFEngine:
 
     # ----------------------------------------------------------------- loading
 
-    def load(self) -> Any:
+    def load(self) -> PreTrainedModel:
         with self._load_lock:
             if self._model is not None:
                 return self._model
@@ -80,12 +85,11 @@ class HFEngine:
             # transformers >= 5.2x names the KV cache argument ``cache``; older ones ``past_key_values``
             self._cache_kw = "cache" if "cache" in params else "past_key_values"
             self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
-            self._torch = torch
             self.eos_ids = self._eos_override if self._eos_override is not None else self._model_eos(model)
             self._model = model
             return model
 
-    def _model_eos(self, model: Any) -> list[int]:
+    def _model_eos(self, model: PreTrainedModel) -> list[int]:
         ids: list[int] = []
         for source in (getattr(model, "generation_config", None), model.config):
             value = getattr(source, "eos_token_id", None) if source is not None else None
@@ -99,8 +103,8 @@ class HFEngine:
 
     # ----------------------------------------------------------------- generation
 
-    def _sample(self, logits: Any, sampling: SamplingParams, generator: Any) -> int:
-        torch = self._torch
+    def _sample(self, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator) -> int:
+        import torch   # loaded by load()
         temperature = 1.0 if sampling.temperature is None else float(sampling.temperature)
         if temperature <= 0:
             return int(torch.argmax(logits))
@@ -120,7 +124,7 @@ class HFEngine:
         if cancel.is_set():
             return {"ids": [], "logprobs": [], "finish": "abort"}
         model = self.load()
-        torch = self._torch
+        import torch   # loaded by load()
         generator = torch.Generator(device=self.device)
         if sampling.seed is not None:
             generator.manual_seed(int(sampling.seed))
@@ -132,7 +136,7 @@ class HFEngine:
         logprobs: list[float] = []
         finish, stop = "length", None
         with torch.inference_mode():
-            past = None
+            past: object = None
             logits = None
             for start in range(0, len(prompt_ids), self.prefill_chunk):
                 if cancel.is_set():
@@ -162,7 +166,9 @@ class HFEngine:
                 past, logits = self._forward(model, torch.tensor([[token]], device=self.device), past)
         return {"ids": ids, "logprobs": logprobs, "finish": finish, "stop": stop}
 
-    def _forward(self, model: Any, input_ids: Any, cache: Any, last_only: bool = False) -> tuple[Any, Any]:
+    def _forward(self, model: PreTrainedModel, input_ids: torch.Tensor, cache: object,
+                 last_only: bool = False) -> tuple[object, torch.Tensor]:
+        """(the KV cache, opaque here: the model's own; the next-token logits)."""
         kwargs: dict[str, Any] = {"input_ids": input_ids, "use_cache": True}
         if cache is not None:
             kwargs[self._cache_kw] = cache

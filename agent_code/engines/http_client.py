@@ -66,7 +66,7 @@ async def sse_json(response: httpx.Response) -> AsyncIterator[Any]:
         yield json.loads(data)
 
 
-def raise_error_event(event: Any, engine: str) -> None:
+def raise_error_event(event: object, engine: str) -> None:
     """Raise EngineError (``<engine> failed: <message>``) when a streamed ``event`` is an
     ``{"error": ...}`` event, which a server sends in place of a chunk when the request fails."""
     if isinstance(event, dict) and "error" in event:
@@ -74,7 +74,7 @@ def raise_error_event(event: Any, engine: str) -> None:
         raise EngineError(f"{engine} failed: {error.get('message') if isinstance(error, dict) else error}")
 
 
-def new_part(chunk: list, held: list, total: Any, what: str) -> list:
+def new_part(chunk: list, held: list, total: object, what: str) -> list:
     """What a streamed event adds to ``held``: servers send either everything so far or only
     what is new; ``total``, the count so far the event reports, tells which (raises ValueError
     when neither fits, or when a cumulative event rewrites what was already received)."""
@@ -90,7 +90,7 @@ def new_part(chunk: list, held: list, total: Any, what: str) -> list:
 MAX_TOKEN_ID = 2**31 - 1
 
 
-def token_ids(values: Any) -> list[int]:
+def token_ids(values: object) -> list[int]:
     """``values`` as token ids: a list of integers in ``[0, 2**31)`` (a tokenizer cannot decode
     others; a float, bool or string in their place is a malformed reply). Raises ValueError or
     TypeError otherwise."""

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agent_code.engines.base import Generation
 from agent_code.engines.scripted import _stop_cut, default_logprob
 from agent_code.protocols.canonical import SamplingParams
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 DEFAULT_REPLY = ("<tool_call>\n" + json.dumps({"name": "Read", "arguments": {"file_path": "/work/src/app.py"}})
                  + "\n</tool_call>")
@@ -32,7 +35,7 @@ DEFAULT_REPLY = ("<tool_call>\n" + json.dumps({"name": "Read", "arguments": {"fi
 class InstantEngine:
     name = "instant"
 
-    def __init__(self, renderer: Any, text: str | None = None) -> None:
+    def __init__(self, renderer: Renderer, text: str | None = None) -> None:
         self.renderer = renderer
         self.text = DEFAULT_REPLY if not text else text
         self.ids = list(renderer.encode(self.text)) + list(renderer.end_of_turn_ids)

@@ -55,16 +55,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 from agent_code.engines.base import EngineError, Generation, Piece
 from agent_code.protocols.canonical import SamplingParams
+
+if TYPE_CHECKING:   # an optional package (the local extra), imported when the model loads
+    import xllamacpp
 
 
 def _default_threads() -> int:
@@ -121,11 +125,11 @@ class _Run:
     stop: str | None = None
     usage: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
-    error: Any = None
+    error: object = None   # llama.cpp's error object (JSON), or our own message
     chunks: int = 0
     notify: Callable[[], None] | None = None   # called (in the worker thread) after each chunk
 
-    def on_chunk(self, chunk: Any) -> bool:
+    def on_chunk(self, chunk: dict[str, Any] | str | bytes) -> bool:
         """xllamacpp's stream callback: True stops the stream (and the task in llama.cpp)."""
         try:
             self._take(chunk)
@@ -135,19 +139,17 @@ class _Run:
             self.error = f"malformed chunk from llama.cpp ({type(exc).__name__}: {exc}): {chunk!r:.300}"
         return self.cancel.is_set() or self.stop is not None or self.error is not None
 
-    def _take(self, chunk: Any) -> None:
+    def _take(self, chunk: dict[str, Any] | str | bytes) -> None:
         self.chunks += 1
-        if isinstance(chunk, (str, bytes)):
-            import json
-            chunk = json.loads(chunk)
-        if "error" in chunk:
-            self.error = chunk["error"]
+        data: dict[str, Any] = json.loads(chunk) if isinstance(chunk, (str, bytes)) else chunk
+        if "error" in data:
+            self.error = data["error"]
             return
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        if chunk.get("timings"):
-            self.timings = chunk["timings"]
-        for choice in chunk.get("choices") or ():
+        if data.get("usage"):
+            self.usage = data["usage"]
+        if data.get("timings"):
+            self.timings = data["timings"]
+        for choice in data.get("choices") or ():
             for entry in (choice.get("logprobs") or {}).get("content") or ():
                 if self.stop is not None:
                     break  # tokens sampled after the stop string: not ours
@@ -191,7 +193,7 @@ class LlamaCppEngine:
         self.cancel_timeout = cancel_timeout
         self.verbose = verbose
         self.load_seconds: float | None = None
-        self._server: Any = None
+        self._server: xllamacpp.Server | None = None
         self._load_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.n_parallel + 2, thread_name_prefix="llamacpp")
@@ -207,7 +209,7 @@ class LlamaCppEngine:
 
     # ----------------------------------------------------------------- loading
 
-    def load(self) -> Any:
+    def load(self) -> xllamacpp.Server:
         """Load the model (once; blocking). ``generate`` calls this in a worker thread."""
         with self._load_lock:
             if self._closed:
@@ -374,7 +376,7 @@ class LlamaCppEngine:
         del server
 
 
-def _error_text(error: Any) -> str:
+def _error_text(error: object) -> str:
     if isinstance(error, dict):
         message = error.get("message") or error
         kind = error.get("type")

@@ -49,11 +49,14 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 from agent_code.engines.base import EngineError, Generation, Piece
 from agent_code.jsonl import read_jsonl
 from agent_code.protocols.canonical import SamplingParams
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 _FIELDS = {"text", "session", "finish_reason", "logprobs", "delay", "token_delay", "when"}
 _TURN_FIELDS = {"content", "stop_reason", "session", "logprobs", "delay", "token_delay", "when"}
@@ -100,7 +103,7 @@ def default_logprob(k: int) -> float:
 class ScriptedEngine:
     name = "scripted"
 
-    def __init__(self, path: str | Path, renderer: Any):
+    def __init__(self, path: str | Path, renderer: Renderer):
         self.path = Path(path)
         self.renderer = renderer
         self.replies = self._load()
@@ -121,7 +124,7 @@ class ScriptedEngine:
         return [self._reply(obj, number, where, eot)
                 for number, where, obj in read_jsonl(self.path, ScriptError, "the engine script")]
 
-    def _reply(self, obj: Any, number: int, where: str, eot: list[int]) -> ScriptedReply:
+    def _reply(self, obj: object, number: int, where: str, eot: list[int]) -> ScriptedReply:
         if isinstance(obj, list):     # the scripted provider's shape: just the blocks
             obj = {"content": obj}
         if not isinstance(obj, dict):
@@ -210,7 +213,7 @@ class ScriptedEngine:
             return None
         text = self.renderer.decode(list(prompt_ids))
         for reply in self._conditional:
-            if reply.when in text and (reply.session is None or session_id is not None and (
+            if reply.when is not None and reply.when in text and (reply.session is None or session_id is not None and (
                     session_id == reply.session or session_id.rsplit(".", 1)[0] == reply.session)):
                 self._conditional.remove(reply)
                 return reply
@@ -280,7 +283,7 @@ class ScriptedEngine:
         return None
 
 
-def completion_text(renderer: Any, message: dict[str, Any], where: str = "") -> str:
+def completion_text(renderer: Renderer, message: dict[str, Any], where: str = "") -> str:
     """What the served chat template writes for the assistant ``message`` after its generation
     prompt, up to (not including) its end-of-turn token: the completion a model following the
     template would have generated for that turn."""
@@ -297,7 +300,7 @@ def completion_text(renderer: Any, message: dict[str, Any], where: str = "") -> 
     return full[len(before):end]
 
 
-def _stop_cut(renderer: Any, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
+def _stop_cut(renderer: Renderer, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
     """(number of tokens through the one completing the earliest stop string, that string)."""
     stops = [s for s in stops or () if s]
     if not stops:

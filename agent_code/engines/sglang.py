@@ -155,7 +155,7 @@ class SGLangEngine:
             raise EngineError(f"SGLang's last stream event is malformed: {type(exc).__name__}: {exc}") from exc
 
     @staticmethod
-    def _event(event: Any, ids: list[int], logprobs: list[float]) -> tuple[list[int], list[float], dict[str, Any]]:
+    def _event(event: dict[str, Any], ids: list[int], logprobs: list[float]) -> tuple[list[int], list[float], dict[str, Any]]:
         """The ids and logprobs a streamed event adds, and its ``meta_info``."""
         raise_error_event(event, "SGLang")
         meta = event["meta_info"]
@@ -193,7 +193,7 @@ class SGLangEngine:
             raise EngineError(f"SGLang returned a malformed /generate response: {type(exc).__name__}: "
                               f"{str(exc)[:200]}: {response.text[:300]}") from exc
 
-    def _generation(self, data: Any, n_prompt: int, rid: str) -> Generation:
+    def _generation(self, data: dict[str, Any] | list[dict[str, Any]], n_prompt: int, rid: str) -> Generation:
         """The Generation in a decoded ``/generate`` body (any shape error raises ValueError,
         KeyError, IndexError, TypeError or AttributeError; the caller words it)."""
         if isinstance(data, list):

@@ -178,7 +178,7 @@ class VLLMEngine:
             raise EngineError(f"vLLM returned a malformed completion: {type(exc).__name__}: {str(exc)[:200]}: "
                               f"{response.text[:300]}") from exc
 
-    def _generation(self, data: Any, n_prompt: int) -> Generation:
+    def _generation(self, data: dict[str, Any], n_prompt: int) -> Generation:
         """The Generation in a decoded completion (any shape error raises ValueError, KeyError,
         IndexError, TypeError or AttributeError; the caller words it)."""
         choice = data["choices"][0]
@@ -209,7 +209,7 @@ class VLLMEngine:
         await self._client.aclose()
 
 
-def _token_id(token: Any) -> int:
+def _token_id(token: object) -> int:
     if isinstance(token, int) and not isinstance(token, bool):
         return token
     if isinstance(token, str) and token.startswith("token_id:"):

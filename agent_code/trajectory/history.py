@@ -36,14 +36,16 @@ import hashlib
 import json
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agent_code.protocols.canonical import ToolSchema
 from agent_code.protocols.jsontypes import JsonPath, same_scalar_types, scalar_paths
-from agent_code.render.template import Renderer
 from agent_code.trajectory import echo, side
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 POLICIES = ("tokens", "template")
 Tools = list[ToolSchema] | None   # a request's tools (canonical: OpenAI function form)
