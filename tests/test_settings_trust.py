@@ -693,3 +693,23 @@ def test_trust_store_keys_do_not_collide(tmp_path):
     store.put("/a/.agent/settings.json", "{}", "accepted")
     assert store.get("/a/.agent/settings.json").content == "{}"
     assert store.get("/b/.agent/settings.json") is None
+
+
+def test_a_damaged_record_is_evidence_for_the_groups_later_files(tmp_path):
+    """A project whose first settings file has a damaged record: the next file, never recorded,
+    is not taken on first sight (a damaged store is no fresh project) but asked about."""
+    from agent_code.agent.trust import SettingsFile, review
+
+    store = TrustStore(tmp_path / "t")
+    shared = SettingsFile(tmp_path / "a.json", "a", "/p/.agent/settings.json", "project", "{}")
+    local = SettingsFile(tmp_path / "b.json", "b", "/p/.agent/settings.local.json", "project",
+                         json.dumps(LOOSE))
+    store.put(shared.key, "{}", "accepted")
+    store._file(shared.key).write_text("{not json")
+    out = review([shared, local], store, project_evidence=None)
+    assert [(c.file.label, c.kind, c.evidence) for c in out.changes] == [
+        ("a", "unrecorded", "its record is damaged"), ("b", "unrecorded", "its record is damaged")]
+    assert out.first_sight == [] and store.get(local.key) is None
+    # without the damaged record the same new file is a first sight, recorded
+    fresh = review([local], TrustStore(tmp_path / "u"), project_evidence=None)
+    assert fresh.first_sight == ["b"] and fresh.changes == []

@@ -255,31 +255,36 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_evidence: st
                     if f.text is not None:  # created during a session, or its record was deleted
                         out.changes.append(Change(f, None, "unrecorded", evidence))
                     continue  # absent and unrecorded: nothing to load, nothing to ask
-                out.first_sight.append(f.label)
-                if record_first_sight:
-                    try:
-                        store.put(f.key, f.text, "first sight", f.scripts)
-                    except OSError as exc:
-                        if not out.warnings:
-                            out.warnings.append(store_warning(store, exc))
+                _first_sight(out, f, store, record_first_sight)
                 continue
-            if record.readable and record.digest == f.digest:
-                if record.scripts != f.scripts:
-                    out.changes.append(Change(f, record, "scripts"))
-                continue
-            if not record.readable:
-                if f.text is None:
-                    continue
-                kind = "unrecorded"
-                evidence = "its record is damaged"
-            elif record.content is None:
-                kind = "created"
-            elif f.text is None:
-                kind = "removed"
-            else:
-                kind = "changed"
-            out.changes.append(Change(f, record, kind, evidence or ""))
+            change = _change_against(f, record, evidence)
+            if change is not None:
+                out.changes.append(change)
+                if not record.readable:  # a damaged record is evidence for the group's later files too
+                    evidence = change.evidence
     return out
+
+
+def _first_sight(out: Review, f: SettingsFile, store: TrustStore, record: bool) -> None:
+    """A file no record and no evidence speaks of: trusted as it is, and recorded (``record``)."""
+    out.first_sight.append(f.label)
+    if not record:
+        return
+    try:
+        store.put(f.key, f.text, "first sight", f.scripts)
+    except OSError as exc:
+        if not out.warnings:
+            out.warnings.append(store_warning(store, exc))
+
+
+def _change_against(f: SettingsFile, record: Record, evidence: str | None) -> Change | None:
+    """How ``f`` differs from its ``record`` (None: it does not)."""
+    if record.readable and record.digest == f.digest:
+        return Change(f, record, "scripts") if record.scripts != f.scripts else None
+    if not record.readable:
+        return Change(f, record, "unrecorded", "its record is damaged") if f.text is not None else None
+    kind = "created" if record.content is None else "removed" if f.text is None else "changed"
+    return Change(f, record, kind, evidence or "")
 
 
 def store_warning(store: TrustStore, exc: OSError) -> str:
