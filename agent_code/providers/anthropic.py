@@ -104,7 +104,7 @@ class AnthropicProvider:
             raise ProviderError(f"{self.base_url} sent a response that is not JSON: {exc}") from None
         return self._to_response(data)
 
-    def _to_response(self, data: Any) -> ModelResponse:
+    def _to_response(self, data: object) -> ModelResponse:
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise ProviderError(f"{self.base_url} sent an unexpected response (no 'content' list)")
         usage = data.get("usage") or {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from agent_code.jsonl import read_jsonl
 from agent_code.providers.base import ProviderError
@@ -28,7 +27,7 @@ def load_script(path: str | Path) -> list[ModelResponse]:
     return turns
 
 
-def _turn(data: Any, where: str) -> ModelResponse:
+def _turn(data: object, where: str) -> ModelResponse:
     if isinstance(data, list):
         data = {"content": data}
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
