@@ -9,11 +9,14 @@ session; ``--html OUT`` also writes a self-contained page with every sample toke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from agent_code.trajectory.samples import Sample
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -27,7 +30,7 @@ def load_samples(path: Path) -> list[Sample]:
     return read_samples(path)
 
 
-def print_tables(samples: list[Sample], console: Any) -> None:
+def print_tables(samples: list[Sample], console: Console) -> None:
     from rich.table import Table
 
     from agent_code.rollout.inspect_html import by_session, describe_drift

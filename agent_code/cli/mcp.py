@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, TextIO
 
 import typer
+
+if TYPE_CHECKING:
+    from agent_code.agent.loop import Agent
+    from agent_code.agent.settings import Settings
+    from agent_code.mcp import McpManager, ServerConfig
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   invoke_without_command=True, help="MCP servers: their state and tools.")
@@ -47,9 +52,9 @@ def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: lis
     return merge(project, user, cli)
 
 
-def session_servers(agent: Any, root: Path, settings: Any, cli_values: list[str], *, repl: bool,
-                    ask: Callable[[Any], bool] | None = None, version: str = "0",
-                    warn: Callable[[str], None] = _warn) -> Any:
+def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_values: list[str], *, repl: bool,
+                    ask: Callable[[ServerConfig], bool] | None = None, version: str = "0",
+                    warn: Callable[[str], None] = _warn) -> McpManager | None:
     """Start the session's MCP servers and add their tools to ``agent``; the
     :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none."""
     from agent_code.agent.settings import user_dir
@@ -72,7 +77,7 @@ def session_servers(agent: Any, root: Path, settings: Any, cli_values: list[str]
     return manager
 
 
-def add_tools(agent: Any, manager: Any, warn: Callable[[str], None] = _warn) -> None:
+def add_tools(agent: Agent, manager: McpManager, warn: Callable[[str], None] = _warn) -> None:
     """Register the connected servers' tools that ``agent`` does not have yet."""
     from agent_code.mcp import server_tools
 
@@ -84,7 +89,7 @@ def add_tools(agent: Any, manager: Any, warn: Callable[[str], None] = _warn) -> 
             warn(f"MCP tool {tool.name} is left out: a tool of that name exists ({existing.origin or 'built in'})")
 
 
-def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[Any], bool] | None:
+def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[ServerConfig], bool] | None:
     """The REPL's start-up question about a project server not yet approved: y/N. None —
     nobody to ask, so it does not start — unless stdin and stdout are a terminal (piped
     input may be a command the agent ran)."""
@@ -95,7 +100,7 @@ def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> C
     except (AttributeError, ValueError):
         return None
 
-    def ask(config: Any) -> bool:
+    def ask(config: ServerConfig) -> bool:
         print(f"The project's {config.source} names the MCP server '{config.name}':\n  {config.describe()}",
               file=out)
         if config.env:

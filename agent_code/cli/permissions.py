@@ -34,7 +34,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from agent_code.agent.settings import Settings
+    from agent_code.policy.permissions import Explanation
 
 EXIT = {"allow": 0, "deny": 1, "ask": 2}
 EX_USAGE = 64
@@ -74,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def explanation_lines(explained: Any, mode: str, mode_source: str = "") -> list[str]:
+def explanation_lines(explained: Explanation, mode: str, mode_source: str = "") -> list[str]:
     """The text form: the decision first, then reason, rule (and its file), mode."""
     lines = [explained.behavior, f"reason: {explained.reason}"]
     if explained.rule is None:
@@ -96,7 +101,7 @@ def _usage_error(message: str) -> NoReturn:
     raise SystemExit(EX_USAGE)
 
 
-def _load_settings(settings_module: Any, root: Path) -> Any:
+def _load_settings(settings_module: ModuleType, root: Path) -> Settings:
     """The settings a run with a prompt would use (the trusted versions, where the settings
     loader keeps a trust store), recording nothing: a check is not a session."""
     import inspect

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 OBSERVATION_LINES = 20
 
 
-def _short(value: Any, limit: int = 2000) -> str:
+def _short(value: object, limit: int = 2000) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"
 

@@ -27,10 +27,19 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO, overload
 
 from agent_code.agent.undo import undo_last
 from agent_code.policy import PermissionMode, parse_rule, subject_of, suggest_rules
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import History
+
+    from agent_code.agent.loop import Agent
+    from agent_code.agent.trust import Change
+    from agent_code.mcp import McpManager
+    from agent_code.tools.base import Tool
 
 EXIT_OK = 0
 MODE_NAMES = {m.value.lower(): m for m in PermissionMode}
@@ -45,6 +54,10 @@ INTERACTIVE_NOTES = {
 }
 
 
+@overload
+def interactive_system(text: str) -> str: ...
+@overload
+def interactive_system(text: None) -> None: ...
 def interactive_system(text: str | None) -> str | None:
     """``text`` with the headless mode line swapped for its interactive one."""
     from agent_code.agent.prompt import MODE_NOTES
@@ -93,9 +106,9 @@ class _Leave(Exception):
 class Repl:
     """One interactive session over ``agent`` (already built by the CLI)."""
 
-    def __init__(self, agent: Any, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
+    def __init__(self, agent: Agent, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
                  stderr: TextIO | None = None, interactive: bool | None = None,
-                 history_file: Path | None = None, mcp: Any = None) -> None:
+                 history_file: Path | None = None, mcp: McpManager | None = None) -> None:
         self.agent = agent
         self.mcp = mcp  # the session's McpManager (agent_code/mcp), None without servers
         self.stdin = stdin or sys.stdin
@@ -105,13 +118,13 @@ class Repl:
             interactive = self.stdin.isatty() and self.out.isatty()
         self.interactive = interactive
         self.history_file = history_file
-        self.session: Any = None
+        self.session: PromptSession[str] | None = None
         self.pending_notes: list[str] = []  # told to the model with the next prompt (/undo)
         agent.permissions.ask = self.ask
         if hasattr(agent, "on_plan"):
             agent.on_plan = self.approve_plan
         agent.system = interactive_system(agent.system)
-        rebuild = getattr(agent, "system_for_mode", None)
+        rebuild = agent.system_for_mode
         if rebuild is not None:
             agent.system_for_mode = lambda mode: interactive_system(rebuild(mode))
 
@@ -123,12 +136,12 @@ class Repl:
     def prompt_text(self) -> str:
         return f"[{self.agent.permissions.mode.value}] > "
 
-    def _session(self) -> Any:
+    def _session(self) -> PromptSession[str]:
         if self.session is None:
             from prompt_toolkit import PromptSession
             from prompt_toolkit.history import FileHistory, InMemoryHistory
 
-            history: Any = InMemoryHistory()
+            history: History = InMemoryHistory()
             if self.history_file is not None:
                 try:
                     self.history_file.parent.mkdir(parents=True, exist_ok=True)
@@ -259,12 +272,12 @@ class Repl:
         if not command.strip():
             self.say("usage: /permissions check COMMAND (e.g. /permissions check git push --force)")
             return
-        tools = getattr(self.agent, "tools", None)
-        tool = tools.get("bash") if tools is not None else None
+        tool = self.agent.tools.get("bash")
         if tool is None:
             from agent_code.tools import default_tools
 
             tool = default_tools().get("bash")
+            assert tool is not None   # a built-in tool
         policy = self.agent.permissions
         explained = policy.explain(tool, {"command": command})
         self.say("\n".join(explanation_lines(explained, policy.mode.value, "this session")))
@@ -301,7 +314,7 @@ class Repl:
         from agent_code.mcp import APPROVALS_FILE, CONNECTED, ApprovalStore
 
         state = self.mcp.servers.get(name) if self.mcp is not None else None
-        if state is None or state.config.scope != "project":
+        if self.mcp is None or state is None or state.config.scope != "project":
             self.say(f"/mcp approve: no project server named {name!r} (/mcp lists them)")
             return
         if state.status == CONNECTED:
@@ -331,7 +344,7 @@ class Repl:
 
     # --- asking the user ---------------------------------------------------------------
 
-    def ask(self, tool: Any, arguments: Any) -> bool:
+    def ask(self, tool: Tool, arguments: object) -> bool:
         """The permission policy's ask callback: y (once), n, a (always: session allow rules)."""
         always = suggest_rules(tool, arguments)
         self.say(describe_call(tool, arguments, self.agent.ctx.root))
@@ -379,7 +392,7 @@ class Repl:
                 return False
 
 
-def describe_call(tool: Any, arguments: Any, root: Path) -> str:
+def describe_call(tool: Tool, arguments: object, root: Path) -> str:
     """What the user is asked to approve: the command, or the diff an edit would make."""
     subject = subject_of(tool, arguments)
     if subject.kind == "command":
@@ -419,7 +432,7 @@ def edit_preview(tool_name: str, arguments: dict[str, Any], root: Path) -> str:
     return ""
 
 
-def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[Any], bool] | None:
+def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[Change], bool] | None:
     """The REPL's start-up question about a settings file that changed since the user last
     accepted it (``agent/trust.py``): shows what changed and asks y/N. None — nobody to ask,
     so the change is not used and a warning says so — unless stdin and stdout are a terminal:
@@ -431,7 +444,7 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
     except (AttributeError, ValueError):
         return None
 
-    def ask(change: Any) -> bool:
+    def ask(change: Change) -> bool:
         from agent_code.agent.settings import describe_change
 
         print(describe_change(change), file=out)
@@ -454,6 +467,6 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
     return ask
 
 
-def run_repl(agent: Any, history_file: Path | None = None, mcp: Any = None) -> int:
+def run_repl(agent: Agent, history_file: Path | None = None, mcp: McpManager | None = None) -> int:
     """The CLI's entry: a :class:`Repl` on the process's terminal (or piped stdin)."""
     return Repl(agent, history_file=history_file, mcp=mcp).run()

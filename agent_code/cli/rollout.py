@@ -30,11 +30,19 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from agent_code.engines import ENGINE_SPECS
+
+if TYPE_CHECKING:   # imported where used: `agent-code --help` stays quick
+    from rich.console import Console
+
+    from agent_code.gateway.server import BackgroundServer
+    from agent_code.rollout.runner import RolloutConfig, RolloutResult
+    from agent_code.tasks import Task
+    from agent_code.trajectory.samples import Sample
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -151,8 +159,8 @@ def _hidden(sandbox: str, tasks_path: Path, out_dir: Path) -> dict[str, Any]:
     return {"hide": hide}
 
 
-async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: dict[str, Any],
-               gateway_url: str | None, ray_address: str | None, err: Any, admin_token: str | None = None) -> int:
+async def _run(tasks: list[Task], config: RolloutConfig, out_dir: Path, gateway_options: dict[str, Any],
+               gateway_url: str | None, ray_address: str | None, err: Console, admin_token: str | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agent_code.rollout.export import RunWriter
@@ -165,7 +173,7 @@ async def _run(tasks: list[Any], config: Any, out_dir: Path, gateway_options: di
     renderer_box: dict[str, Any] = {}
     writer: RunWriter | None = None
 
-    def on_result(result: Any, samples: list[Any]) -> None:
+    def on_result(result: RolloutResult, samples: list[Sample]) -> None:
         assert writer is not None
         writer.add(result, samples)
         counts["solved"] += result.solved
@@ -243,7 +251,7 @@ def no_rollout_ran(results: list[Any]) -> str | None:
             + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + ")" + detail)
 
 
-def _verify(samples: list[Any], trajectory_dir: Path, err: Any) -> list[str]:
+def _verify(samples: list[Sample], trajectory_dir: Path, err: Console) -> list[str]:
     """Check the exported samples against the turns the gateway logged (token-exact, each
     sampled token trained once); reports and returns the problems."""
     from agent_code.trajectory.store import TurnLog
@@ -274,7 +282,7 @@ async def _check_remote(url: str, token: str | None) -> None:
                                f"--admin-token TOKEN'")
 
 
-def rollout_line(result: Any) -> str:
+def rollout_line(result: RolloutResult) -> str:
     """The per-rollout line (progress bar and log)."""
     from agent_code.rollout.export import reward_text
 
@@ -290,11 +298,11 @@ def rollout_line(result: Any) -> str:
 class _gateway:
     """An in-process gateway on a free loopback port (or the given URL), as an async context."""
 
-    def __init__(self, options: dict[str, Any], url: str | None, out_dir: Path, err: Any, box: dict[str, Any],
+    def __init__(self, options: dict[str, Any], url: str | None, out_dir: Path, err: Console, box: dict[str, Any],
                  admin_token: str | None = None):
         self.options, self.url, self.out_dir, self.err, self.box = options, url, out_dir, err, box
         self.admin_token = admin_token
-        self.server: Any = None
+        self.server: BackgroundServer | None = None
 
     async def __aenter__(self) -> str:
         if self.url:
@@ -311,7 +319,7 @@ class _gateway:
         self.server.__enter__()
         return self.server.url
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self.server is not None:
             await asyncio.to_thread(self.server.__exit__, None, None, None)
 
