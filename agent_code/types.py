@@ -17,7 +17,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Any  # normally a dict; anything else is reported back as a tool error
+    arguments: object  # normally a dict; anything else is reported back as a tool error
 
 
 @dataclass(frozen=True)

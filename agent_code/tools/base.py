@@ -263,7 +263,7 @@ class ToolRegistry:
             required = set(t.input_schema.get("required", []))
             args = {k: v for k, v in args.items() if v is not None or k in required}
         problems = validate_arguments(t.input_schema, args)
-        if problems:
+        if problems or not isinstance(args, dict):  # (validate_arguments refuses a non-dict)
             return fail(f"invalid arguments for {t.name}: " + "; ".join(problems))
         try:
             out = t.fn(ctx, **args)
