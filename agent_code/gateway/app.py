@@ -7,7 +7,6 @@ Messages, OpenAI Chat Completions, OpenAI Responses) and the session management 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -67,7 +66,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         return JSONResponse({"object": "list", "data": [entry], "has_more": False, "first_id": entry["id"],
                              "last_id": entry["id"]})
 
-    async def http_error(request: Request, exc: Any) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
         kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status, "api_error")
         err = HttpError(status, kind, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}")

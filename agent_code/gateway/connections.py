@@ -25,7 +25,13 @@ import heapq
 import json
 import resource
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Literal, TypedDict, Unpack
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:   # uvicorn is imported where a server is made
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses", "/models")
 FD_MARGIN = 128    # descriptors kept for files, the engine and the turn log
@@ -65,9 +71,11 @@ def protocol_class(limits: ConnectionLimits) -> type:
     # connections told to close whose connection_lost has not come yet: they are still in
     # uvicorn's set, and counting them made every connection accepted meanwhile close more
     # (a flood closed 900-999 idle connections instead of 900, the newest among them)
-    closing: set[Any] = set()
+    closing: set[H11Protocol] = set()
 
     class GuardedH11Protocol(H11Protocol):
+        # Any: uvicorn narrows asyncio's BaseTransport to Transport here (and silences mypy about
+        # it), so neither type makes a valid override without the same silencing
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._guard_timer: asyncio.TimerHandle | None = None
@@ -77,10 +85,10 @@ def protocol_class(limits: ConnectionLimits) -> type:
             if over > 0:
                 _close_idle(self.connections, over, keep=self)
 
-        def _arm(self, marker: Any) -> None:
+        def _arm(self, marker: RequestResponseCycle | None) -> None:
             self._guard_timer = self.loop.call_later(limits.header_timeout_s, self._check, marker)
 
-        def _check(self, marker: Any) -> None:
+        def _check(self, marker: RequestResponseCycle | None) -> None:
             if self.transport.is_closing():
                 return
             cycle = self.cycle
@@ -95,7 +103,7 @@ def protocol_class(limits: ConnectionLimits) -> type:
                 self._guard_timer.cancel()
             super().connection_lost(exc)
 
-    def _close(protocol: Any) -> None:
+    def _close(protocol: H11Protocol) -> None:
         closing.add(protocol)
         try:
             protocol.conn.send(h11.ConnectionClosed())
@@ -103,15 +111,16 @@ def protocol_class(limits: ConnectionLimits) -> type:
             pass
         protocol.transport.close()
 
-    def _close_idle(connections: Any, count: int, keep: Any) -> None:
-        idle = (c for c in connections if c is not keep and _idle(c) and not c.transport.is_closing())
+    def _close_idle(connections: Iterable[object], count: int, keep: GuardedH11Protocol) -> None:
+        idle = (c for c in connections if isinstance(c, GuardedH11Protocol) and c is not keep and _idle(c)
+                and not c.transport.is_closing())
         for protocol in heapq.nsmallest(count, idle, key=lambda c: c._opened):  # the longest-open first:
             _close(protocol)   # a new client's connection, still sending its headers, goes last
 
     return GuardedH11Protocol
 
 
-def _idle(protocol: Any) -> bool:
+def _idle(protocol: H11Protocol) -> bool:
     cycle = protocol.cycle
     return cycle is None or cycle.response_complete
 
@@ -119,10 +128,10 @@ def _idle(protocol: Any) -> bool:
 class RequestCap:
     """ASGI middleware: at most ``limit`` requests answered at once (module doc)."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit, self.active = app, limit, 0
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") == "/healthz":
             await self.app(scope, receive, send)
             return
@@ -136,7 +145,7 @@ class RequestCap:
             self.active -= 1
 
 
-async def _overloaded(scope: dict, send: Any, limit: int) -> None:
+async def _overloaded(scope: Scope, send: Send, limit: int) -> None:
     message = (f"the gateway is answering {limit} requests at once, its limit (--max-requests); "
                "retry in a moment")
     body: dict[str, Any]
@@ -151,7 +160,18 @@ async def _overloaded(scope: dict, send: Any, limit: int) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def uvicorn_config(app: Any, limits: ConnectionLimits | None = None, **kwargs: Any) -> Any:
+class ServerOptions(TypedDict, total=False):
+    """What the gateway's callers set of a ``uvicorn.Config`` (:func:`uvicorn_config`)."""
+
+    host: str
+    port: int
+    log_level: str
+    lifespan: Literal["auto", "on", "off"]
+    timeout_graceful_shutdown: int
+
+
+def uvicorn_config(app: ASGIApp, limits: ConnectionLimits | None = None,
+                   **kwargs: Unpack[ServerOptions]) -> uvicorn.Config:
     """A ``uvicorn.Config`` serving ``app`` under ``limits`` (the defaults when None): the
     guarded protocol and the request cap; ``kwargs`` go to the config."""
     import uvicorn

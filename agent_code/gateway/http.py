@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import re
+from types import ModuleType
 from typing import Any, Awaitable, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
@@ -99,7 +100,7 @@ def _no_constant(name: str) -> Any:
     raise _NotFinite(f"{name} is not a JSON value")
 
 
-orjson: Any
+orjson: ModuleType | None   # None: not installed (the standard library reads the body)
 try:
     import orjson
 except ImportError:  # pragma: no cover - a dependency; the standard library path below suffices
@@ -208,7 +209,7 @@ def session_id_from(request: Request) -> str:
     return credential_from(request) or "default"
 
 
-def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def json_response(payload: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """A JSON response whose bytes are valid UTF-8 even when the payload holds a lone surrogate
     (echoed from a hostile request, say): those are escaped instead of failing with a 500."""
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -23,9 +23,10 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 R = TypeVar("R")
 
 LARGE_BODY_BYTES = 1024 * 1024  # bodies at least this large are parsed and translated off the loop (orjson: ~0.5 ms a MB)
@@ -46,12 +47,12 @@ def pool() -> ThreadPoolExecutor:
         return _pool
 
 
-async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` in the worker pool; its exception is raised here."""
     return await asyncio.get_running_loop().run_in_executor(pool(), functools.partial(fn, *args, **kwargs))
 
 
-async def run_if(large: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def run_if(large: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """:func:`run` when ``large``, else at once on the loop (a thread hop costs more than a
     small step)."""
     return await run(fn, *args, **kwargs) if large else fn(*args, **kwargs)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from agent_code.engines.base import Engine, EngineError, Generation, stream_generation
 from agent_code.gateway.grammar import tool_call_grammar
@@ -30,6 +30,10 @@ from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingPar
 from agent_code.trajectory.history import POLICIES, PendingSuffix, PromptPlan, stage_prompt
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq, as_ids
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
+    from agent_code.trajectory.store import TurnLog
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
 
@@ -82,15 +86,15 @@ class TurnOutcome:
 
 
 class Gateway:
-    def __init__(self, engine: Engine, renderer: Any, *, model_name: str = "agent-code-local",
+    def __init__(self, engine: Engine, renderer: Renderer, *, model_name: str = "agent-code-local",
                  tool_parser: str | None = None, reasoning_parser: str | None = None,
                  store: SessionStore | None = None, default_max_tokens: int = 4096,
-                 history_policy: str = "tokens", turn_log: Any = None, reward_policy: str = "full",
+                 history_policy: str = "tokens", turn_log: TurnLog | None = None, reward_policy: str = "full",
                  tool_grammar: str = "auto", open_on_first_use: bool | None = None) -> None:
         if history_policy not in POLICIES:
             raise ValueError(f"unknown history policy '{history_policy}' (choose from {', '.join(POLICIES)})")
         self.history_policy = history_policy
-        self.turn_log = turn_log  # optional: appends each recorded turn durably (trajectory.store.TurnLog)
+        self.turn_log = turn_log  # optional: appends each recorded turn durably
         self.reward_policy = reward_policy
         self.engine = engine
         self.renderer = renderer
@@ -112,6 +116,7 @@ class Gateway:
         self._suffix_batcher: Batcher[str, list[int]] | None = None   # made on first use (encode_suffix_off_loop)
 
     def _persist_end(self, session_id: str, how: str) -> None:
+        assert self.turn_log is not None   # the store's on_end is this only where there is a turn log
         try:
             self.turn_log.mark_ended(session_id, how)
         except OSError as exc:   # the samples are written; the tombstone stays in memory

@@ -18,6 +18,7 @@ from agent_code.gateway import offload
 from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
                                      read_json)
 from agent_code.gateway.identity import require_session_key, session_for_key
+from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import anthropic as wire
 from agent_code.protocols.canonical import ChatRequest
@@ -34,13 +35,13 @@ class AnthropicReply:
 
     protocol = PROTOCOL
 
-    def __init__(self, gateway: Any, chat: ChatRequest, signer: wire.ThinkingSigner) -> None:
+    def __init__(self, gateway: Gateway, chat: ChatRequest, signer: wire.ThinkingSigner) -> None:
         self.gw, self.chat, self.signer = gateway, chat, signer
         self.message_id = wire.new_message_id()
         self.model = chat.model or gateway.model_name
         self.stream = wire.MessageStream(signer=signer, thinking_requested=chat.thinking)
 
-    def _args(self, outcome: Any) -> dict[str, Any]:
+    def _args(self, outcome: TurnOutcome) -> dict[str, Any]:
         stop_reason, stop_sequence = wire.stop_reason_for(outcome.reply, outcome.finish_reason,
                                                           outcome.stop_sequence)
         return {"model": self.model, "message_id": self.message_id, "stop_reason": stop_reason,
@@ -51,10 +52,10 @@ class AnthropicReply:
     def error(self, err: HttpError) -> Response:
         return error_response(err)
 
-    def body(self, outcome: Any) -> Any:
+    def body(self, outcome: TurnOutcome) -> dict[str, Any]:
         return wire.response_body(outcome.reply, **self._args(outcome))
 
-    def opening(self, turn: Any) -> Iterable[bytes]:
+    def opening(self, turn: PreparedTurn) -> Iterable[bytes]:
         """``message_start`` and a ping at once, so client watchdogs stay calm."""
         yield wire.sse_encode(*wire.message_start_event(model=self.model, message_id=self.message_id,
                                                         input_tokens=len(turn.prompt_ids)))
@@ -70,7 +71,7 @@ class AnthropicReply:
             events += getattr(self.stream, kind)(piece)
         return [wire.sse_encode(e, d) for e, d in events]
 
-    def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
+    def reply_events(self, outcome: TurnOutcome) -> tuple[list[bytes], list[bytes]]:
         args = self._args(outcome)
         events = [wire.sse_encode(e, d) for e, d in self.stream.finish(
             outcome.reply, stop_reason=args["stop_reason"], stop_sequence=args["stop_sequence"],
@@ -82,7 +83,7 @@ class AnthropicReply:
 
 
 class AnthropicRoutes:
-    def __init__(self, gateway: Any, flow: TurnFlow, *, max_body_bytes: int) -> None:
+    def __init__(self, gateway: Gateway, flow: TurnFlow, *, max_body_bytes: int) -> None:
         self.gw = gateway
         self.flow = flow
         self.max_body_bytes = max_body_bytes

@@ -15,6 +15,7 @@ from agent_code.gateway import offload
 from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
                                      read_json)
 from agent_code.gateway.identity import SessionResolver
+from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import openai_chat as wire
 from agent_code.protocols import openai_common as oc
@@ -33,7 +34,7 @@ class ChatReply:
 
     protocol = PROTOCOL
 
-    def __init__(self, gateway: Any, chat: ChatRequest, wire_info: wire.ChatWire) -> None:
+    def __init__(self, gateway: Gateway, chat: ChatRequest, wire_info: wire.ChatWire) -> None:
         self.model = chat.model or gateway.model_name
         self.chunks = wire.ChunkMaker(completion_id=wire.new_completion_id(), model=self.model,
                                       include_usage=wire_info.include_usage)
@@ -41,15 +42,15 @@ class ChatReply:
     def error(self, err: HttpError) -> Response:
         return openai_error_response(err)
 
-    def _args(self, outcome: Any) -> dict[str, Any]:
+    def _args(self, outcome: TurnOutcome) -> dict[str, Any]:
         return {"finish_reason": wire.finish_reason_for(outcome.reply, outcome.finish_reason),
                 "prompt_tokens": len(outcome.prompt_ids), "completion_tokens": len(outcome.generation.output_ids)}
 
-    def body(self, outcome: Any) -> Any:
+    def body(self, outcome: TurnOutcome) -> dict[str, Any]:
         return wire.completion_body(outcome.reply, completion_id=self.chunks.completion_id,
                                     created=self.chunks.created, model=self.model, **self._args(outcome))
 
-    def opening(self, turn: Any) -> Iterable[bytes]:
+    def opening(self, turn: PreparedTurn) -> Iterable[bytes]:
         yield oc.sse_data(self.chunks.opening())
 
     def keepalive(self) -> bytes:
@@ -60,7 +61,7 @@ class ChatReply:
         return [oc.sse_data(c) for kind, piece in news if kind != "reasoning_done"
                 for c in getattr(self.chunks, kind)(piece)]
 
-    def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
+    def reply_events(self, outcome: TurnOutcome) -> tuple[list[bytes], list[bytes]]:
         return [oc.sse_data(c) for c in self.chunks.reply(outcome.reply, **self._args(outcome))], [wire.DONE]
 
     def stream_error(self, err: HttpError) -> bytes:
@@ -68,7 +69,7 @@ class ChatReply:
 
 
 class ChatCompletionsRoutes:
-    def __init__(self, gateway: Any, flow: TurnFlow, sessions: SessionResolver, *, max_body_bytes: int) -> None:
+    def __init__(self, gateway: Gateway, flow: TurnFlow, sessions: SessionResolver, *, max_body_bytes: int) -> None:
         self.gw, self.flow, self.sessions = gateway, flow, sessions
         self.max_body_bytes = max_body_bytes
 

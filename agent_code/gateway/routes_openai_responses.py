@@ -18,6 +18,7 @@ from agent_code.gateway import offload
 from agent_code.gateway.http import HttpError, as_http_error, credential_from, large_body, read_json
 from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.routes_openai_chat import openai_error_response
+from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.turn_flow import TurnFlow
 from agent_code.protocols import openai_common as oc
 from agent_code.protocols import openai_responses as wire
@@ -32,19 +33,19 @@ class ResponsesReply:
 
     protocol = PROTOCOL
 
-    def __init__(self, gateway: Any, chat: ChatRequest, info: wire.ResponsesWire, signer: ThinkingSigner) -> None:
+    def __init__(self, gateway: Gateway, chat: ChatRequest, info: wire.ResponsesWire, signer: ThinkingSigner) -> None:
         self.writer = wire.ResponseWriter(info, model=chat.model or gateway.model_name)
         self.signer = signer
 
     def error(self, err: HttpError) -> Response:
         return openai_error_response(err)
 
-    def body(self, outcome: Any) -> Any:
+    def body(self, outcome: TurnOutcome) -> dict[str, Any]:
         return self.writer.final(outcome.reply, finish_reason=outcome.finish_reason,
                                  input_tokens=len(outcome.prompt_ids),
                                  output_tokens=len(outcome.generation.output_ids), signer=self.signer)
 
-    def opening(self, turn: Any) -> Iterable[bytes]:
+    def opening(self, turn: PreparedTurn) -> Iterable[bytes]:
         return [oc.sse_event(*e) for e in self.writer.opening()]
 
     def keepalive(self) -> bytes:
@@ -58,7 +59,7 @@ class ResponsesReply:
                        else getattr(self.writer, kind)(piece))
         return [oc.sse_event(*e) for e in events]
 
-    def reply_events(self, outcome: Any) -> tuple[list[bytes], list[bytes]]:
+    def reply_events(self, outcome: TurnOutcome) -> tuple[list[bytes], list[bytes]]:
         events = [oc.sse_event(*e) for e in self.writer.reply_events(self.body(outcome))]
         return events[:-1], events[-1:]  # the completed event only once the turn is recorded
 
@@ -68,7 +69,7 @@ class ResponsesReply:
 
 
 class ResponsesRoutes:
-    def __init__(self, gateway: Any, flow: TurnFlow, sessions: SessionResolver, *, max_body_bytes: int) -> None:
+    def __init__(self, gateway: Gateway, flow: TurnFlow, sessions: SessionResolver, *, max_body_bytes: int) -> None:
         self.gw, self.flow, self.sessions = gateway, flow, sessions
         self.max_body_bytes = max_body_bytes
         self.signer = ThinkingSigner()  # seals reasoning into encrypted_content

@@ -9,11 +9,14 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agent_code.gateway.connections import ConnectionLimits, uvicorn_config
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 
 def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name: str | None = None,
@@ -67,7 +70,7 @@ def settle_heap() -> None:
 
 
 class BackgroundServer:
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0,
                  limits: ConnectionLimits | None = None) -> None:
         import uvicorn
 
@@ -88,6 +91,6 @@ class BackgroundServer:
         self.url = f"http://{host}:{port}"
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)

@@ -26,12 +26,16 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from agent_code.trajectory.history import SessionHistory
 from agent_code.trajectory.records import TurnRecord
 
+if TYPE_CHECKING:
+    from agent_code.protocols.anthropic import TranslationMemo
+
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class SessionError(Exception):
@@ -53,14 +57,14 @@ class Session:
     in_flight: int = 0
     max_in_flight: int | None = None   # requests generating at once (None: no cap)
     last_body_bytes: int | None = None  # the size of its previous request's body (gateway/turn_flow.py)
-    translation_memo: Any = None        # its previous request, translated (protocols.anthropic.TranslationMemo)
+    translation_memo: TranslationMemo | None = None   # its previous request, translated
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)   # the order of its requests
     guard: threading.RLock = field(default_factory=threading.RLock, repr=False)  # one worker thread at a time
 
-    def guarded(self, fn: Callable[..., T]) -> Callable[..., T]:
+    def guarded(self, fn: Callable[P, T]) -> Callable[P, T]:
         """``fn`` run holding this session's guard: what changes the session's turns and history
         (prepare, commit, finish) runs in worker threads one at a time (gateway/offload.py)."""
-        def call(*args: Any, **kwargs: Any) -> T:
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
             with self.guard:
                 return fn(*args, **kwargs)
         return call
@@ -90,7 +94,7 @@ class SessionStore:
         self.open_on_first_use = open_on_first_use
         self.ended: set[str] = set()            # finished or deleted ids: never reopened (ids only)
         # called with (session id, "finished" | "deleted") when a session ends (persists the tombstone)
-        self.on_end: Any = None
+        self.on_end: Callable[[str, str], None] | None = None
         self.default_max_turns = default_max_turns
         self.default_max_context = default_max_context
         self.max_sessions = max_sessions        # sessions open at once (None: no cap)

@@ -12,14 +12,17 @@ along. If the build fails, waiting requests get a 503 in their protocol's error 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent_code import __version__
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
 OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses", "/models")
 
 
@@ -39,16 +42,15 @@ class StartingApp:
         ready = self._ready = loop.create_future()
 
         def run() -> None:
-            done: Callable[[Any], None]
-            result: Any
+            done: Callable[[], None]
             try:
                 app = build()
             except BaseException as exc:  # noqa: BLE001  (handed to the loop, which re-raises it)
-                done, result = self._fail, exc
+                done = functools.partial(self._fail, exc)
             else:
-                done, result = self._install, app
+                done = functools.partial(self._install, app)
             try:
-                loop.call_soon_threadsafe(done, result)
+                loop.call_soon_threadsafe(done)
             except RuntimeError:
                 pass  # the server stopped (and its loop closed) before the load ended
 
@@ -67,7 +69,7 @@ class StartingApp:
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(exc)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.app is not None:
             await self.app(scope, receive, send)
             return
@@ -98,7 +100,7 @@ class StartingApp:
         await _json(send, 503, body)
 
 
-async def _json(send: Any, status: int, body: dict[str, Any]) -> None:
+async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import re
 import time
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterable, ParamSpec, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -65,7 +65,7 @@ class WayOut(Protocol):
 
     def error(self, err: HttpError) -> Response: ...
 
-    def body(self, outcome: TurnOutcome) -> Any:
+    def body(self, outcome: TurnOutcome) -> dict[str, Any]:
         """The JSON reply."""
 
     def opening(self, turn: PreparedTurn) -> Iterable[bytes]:
@@ -134,6 +134,7 @@ def forget_turn(session: Session, index: int) -> None:
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 LIGHT_GROWTH_BYTES = 32 * 1024
 
@@ -176,16 +177,16 @@ async def prepare_in_session(gateway: Gateway, session: Session, chat: ChatReque
     return await offload.run(session.guarded(gateway.prepare), session, chat)
 
 
-async def in_session(session: Session, here: bool, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` holding the session's guard: right here on the loop when ``here`` and the
+async def in_session(session: Session, here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` holding the session's guard: right here on the loop when ``here`` and the
     guard is free at once (a worker thread may be busy with the session: then the loop does not
     wait for it), else in the worker pool."""
     if here and session.guard.acquire(blocking=False):
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             session.guard.release()
-    return await offload.run(session.guarded(fn), *args)
+    return await offload.run(session.guarded(fn), *args, **kwargs)
 
 
 class TurnFlow:
