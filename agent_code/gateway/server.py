@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from agent_code.gateway.connections import ConnectionLimits, uvicorn_config
 from agent_code.gateway.pipeline import Gateway
@@ -17,6 +17,22 @@ from agent_code.gateway.sessions import SessionStore
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
+
+
+class GatewayOptions(TypedDict, total=False):
+    """:func:`build_gateway`'s options beside the engine, the trajectory dir and who opens sessions
+    (what a caller that builds the gateway for those three passes on)."""
+
+    tokenizer: str | None
+    model_name: str | None
+    tool_parser: str | None
+    reasoning_parser: str | None
+    max_turns: int | None
+    max_context_tokens: int | None
+    history_policy: str
+    reward_policy: str
+    max_sessions: int | None
+    max_in_flight: int | None
 
 
 def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name: str | None = None,

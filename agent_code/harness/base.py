@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,7 +175,7 @@ async def ensure_npm_cli(box: Sandbox, binary: str, spec: str, host_binary: str 
     return [node, f"{UPLOAD_ROOT}/node_modules/{entry.relative_to(modules).as_posix()}"]
 
 
-_wheel_lock: Any = None   # a threading.Lock, made on first use
+_wheel_lock = threading.Lock()
 _wheels: dict[str, Path] = {}
 
 
@@ -185,13 +186,9 @@ def project_wheel(repo: Path | None = None) -> Path:
     import subprocess
     import sys
     import tempfile
-    import threading
 
     repo = (repo or Path(__file__).resolve().parents[2]).resolve()
     key = str(repo)
-    global _wheel_lock
-    if _wheel_lock is None:
-        _wheel_lock = threading.Lock()
     with _wheel_lock:
         if key in _wheels and _wheels[key].exists():
             return _wheels[key]

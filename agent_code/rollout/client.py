@@ -60,7 +60,7 @@ class GatewayClient:
     async def __aenter__(self) -> "GatewayClient":
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -79,7 +79,9 @@ class GatewayClient:
             raise GatewayClientError(f"{method} {path} → {response.status_code}: {message}")
         return response.json()
 
-    async def open_session(self, session_id: str, **options: Any) -> dict[str, Any]:
+    async def open_session(self, session_id: str, *, sampling: dict[str, Any] | None = None,
+                           max_context_tokens: int | None = None, max_turns: int | None = None) -> dict[str, Any]:
+        options = {"sampling": sampling, "max_context_tokens": max_context_tokens, "max_turns": max_turns}
         body = {"session_id": session_id, **{k: v for k, v in options.items() if v is not None}}
         return await self._call("POST", "/v1/sessions", body)
 

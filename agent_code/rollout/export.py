@@ -18,11 +18,14 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, TypedDict
+from typing import TYPE_CHECKING, Any, Iterable, TypedDict
 
 from agent_code.rollout.runner import RolloutResult
 from agent_code.trajectory.samples import Sample
 from agent_code.trajectory.store import safe_name, write_parquet
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 RESULTS, SAMPLES_JSONL, SAMPLES_PARQUET, REPORT = "results.jsonl", "samples.jsonl", "samples.parquet", "report.html"
 
@@ -36,7 +39,7 @@ def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 class RunWriter:
-    def __init__(self, out_dir: str | os.PathLike, *, renderer: Any = None, title: str = "agent-code rollout") -> None:
+    def __init__(self, out_dir: str | os.PathLike, *, renderer: Renderer | None = None, title: str = "agent-code rollout") -> None:
         self.out = Path(out_dir)
         self.renderer, self.title = renderer, title
         self.results: list[RolloutResult] = []
@@ -178,7 +181,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f
 .bad{color:#b00020}.big{font-size:2em;font-weight:700}"""
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     return html.escape("-" if value is None else str(value))
 
 

@@ -32,12 +32,15 @@ import secrets
 import statistics
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Literal, Sequence, Unpack
 
 from agent_code.rollout.client import GatewayClient
 from agent_code.rollout.runner import RolloutConfig, RolloutResult, rollout_ids, run_rollout
 from agent_code.tasks import Task
 from agent_code.trajectory.samples import Sample
+
+if TYPE_CHECKING:   # the gateway is imported when one is started
+    from agent_code.gateway.server import GatewayOptions
 
 __all__ = ["Group", "INFRA_ABORTS", "LocalGateway", "local_gateway", "stream_groups"]
 
@@ -158,7 +161,7 @@ class LocalGateway:
 
 @asynccontextmanager
 async def local_gateway(engine: str, *, trajectory_dir: str | None = None, admin_token: str | None = None,
-                        **options: Any) -> AsyncIterator[LocalGateway]:
+                        **options: Unpack[GatewayOptions]) -> AsyncIterator[LocalGateway]:
     """An in-process gateway on ``engine`` (an ``--engine`` spec: ``llamacpp``,
     ``scripted:FILE``, ``sglang:URL`` …) on a free loopback port, serving only the sessions
     a rollout opens, with ``admin_token`` (a fresh random one by default) guarding its

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import codecs
 import html
-from typing import Any, Callable
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent_code.trajectory.samples import Sample
+
+if TYPE_CHECKING:
+    from agent_code.render.template import Renderer
 
 
 def by_session(samples: list[Sample]) -> dict[str, list[Sample]]:
@@ -54,7 +58,7 @@ details.seg > summary { display: inline; cursor: pointer; color: #555; backgroun
 """
 
 
-def _token_texts(renderer: Any) -> Callable[[int], tuple[str, str]]:
+def _token_texts(renderer: Renderer | None) -> Callable[[int], tuple[str, str]]:
     """id -> (display text, raw token) using the tokenizer; falls back to ``<id>``."""
     cache: dict[int, tuple[str, str]] = {}
     tok = getattr(renderer, "tokenizer", None)
@@ -91,7 +95,7 @@ def _byte_decoder() -> dict[str, int]:
 _BYTE_DECODER = _byte_decoder()
 
 
-def _token_bytes(renderer: Any) -> Callable[[int], bytes | None] | None:
+def _token_bytes(renderer: Renderer | None) -> Callable[[int], bytes | None] | None:
     """id -> the token's bytes, for byte-level BPE tokenizers (Qwen, GPT-2, Llama 3...): added
     tokens are their text; None where a token does not spell bytes. None for other tokenizers."""
     tok = getattr(renderer, "tokenizer", None)
@@ -116,7 +120,7 @@ def _token_bytes(renderer: Any) -> Callable[[int], bytes | None] | None:
     return of
 
 
-def span_texts(tokens: list[int], renderer: Any) -> list[str]:
+def span_texts(tokens: list[int], renderer: Renderer | None) -> list[str]:
     """The text each token adds to the decoded sequence, decoding across token boundaries: a
     character split over several tokens belongs to the token whose bytes complete it (the
     tokens before it show nothing of it), so no span shows "\ufffd" for half a character.
@@ -124,8 +128,8 @@ def span_texts(tokens: list[int], renderer: Any) -> list[str]:
     Byte-level tokenizers: incremental UTF-8 decoding of the tokens' bytes. Others: the
     growth of the decoded text, held back while it ends in an incomplete character."""
     if renderer is None or getattr(renderer, "tokenizer", None) is None:
-        text = _token_texts(renderer)
-        return [text(t)[0] for t in tokens]
+        text_of = _token_texts(renderer)
+        return [text_of(t)[0] for t in tokens]
     of = _token_bytes(renderer)
     if of is not None:
         maybe = [of(int(t)) for t in tokens]
@@ -151,15 +155,17 @@ def span_texts(tokens: list[int], renderer: Any) -> list[str]:
     return out
 
 
-def _segment_probes(renderer: Any) -> tuple[str, str, str] | None:
+def _segment_probes(renderer: Renderer | None) -> tuple[str, str, str] | None:
     """(system prefix, tool block head, tool block tail) of the renderer's chat template, from
     probe renders: the text before a system message's content, and the first and last lines
     of what declaring tools adds (e.g. Qwen's "# Tools ..." up to "</tool_call>")."""
     if renderer is None or not hasattr(renderer, "render_text"):
         return None
-    cached = getattr(renderer, "_inspect_probes", False)
-    if cached is None or isinstance(cached, tuple):  # probed before (False: never)
-        return cached
+    try:
+        if renderer in _PROBES:   # probed before
+            return _PROBES[renderer]
+    except TypeError:   # a stand-in renderer that cannot be weakly referenced or hashed: probe every time
+        pass
     marker = "agent-code-inspect-system-probe"
     tool = {"type": "function", "function": {"name": "agent_code_inspect_probe", "description": "probe",
                                              "parameters": {"type": "object", "properties": {}}}}
@@ -184,13 +190,17 @@ def _segment_probes(renderer: Any) -> tuple[str, str, str] | None:
     except Exception:
         result = None
     try:
-        renderer._inspect_probes = result
-    except Exception:
+        _PROBES[renderer] = result
+    except TypeError:
         pass
     return result
 
 
-def _segments(texts: list[str], prompt_length: int, renderer: Any,
+# renderer -> its probes (:func:`_segment_probes`), for as long as the renderer lives
+_PROBES: weakref.WeakKeyDictionary[Renderer, tuple[str, str, str] | None] = weakref.WeakKeyDictionary()
+
+
+def _segments(texts: list[str], prompt_length: int, renderer: Renderer | None,
               end_of_turn: set[int], tokens: list[int]) -> list[tuple[str, int, int]]:
     """Collapsible token ranges of a sample's prompt: ("system prompt" | "tools", start, end)."""
     probes = _segment_probes(renderer)
@@ -228,7 +238,7 @@ def _segments(texts: list[str], prompt_length: int, renderer: Any,
     return out
 
 
-def render_html(samples: list[Sample], renderer: Any = None, *, title: str = "agent-code samples") -> str:
+def render_html(samples: list[Sample], renderer: Renderer | None = None, *, title: str = "agent-code samples") -> str:
     """A self-contained HTML page (no external assets) showing each sample token by token."""
     out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
            f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from agent_code.rollout.runner import RolloutConfig, RolloutResult, rollout_ids
 from agent_code.trajectory.samples import Sample
+
+if TYPE_CHECKING:
+    from agent_code.tasks import Task
 
 
 class NodeGateway:
@@ -43,7 +46,7 @@ class NodeGateway:
         self.server.__exit__(None, None, None)
 
 
-def _rollout_on_node(task: Any, k: int, config: RolloutConfig, urls: dict[str, str],
+def _rollout_on_node(task: Task, k: int, config: RolloutConfig, urls: dict[str, str],
                      admin_token: str | None = None, ids: tuple[str, str] | None = None
                      ) -> tuple[dict, list[dict]]:
     """A Ray task: one rollout against the gateway of the node it landed on."""
@@ -68,7 +71,7 @@ def _result_from_row(row: dict[str, Any]) -> RolloutResult:
     return RolloutResult(**row)
 
 
-async def run_all_ray(tasks: Sequence[Any], config: RolloutConfig, gateway_options: dict[str, Any], *,
+async def run_all_ray(tasks: Sequence[Task], config: RolloutConfig, gateway_options: dict[str, Any], *,
                       address: str = "local", on_result: Callable[[RolloutResult, list[Sample]], None] | None = None,
                       cpus_per_rollout: float = 1.0, admin_token: str | None = None) -> list[RolloutResult]:
     """Every (task, sample) as a Ray task, at most ``config.concurrency`` at a time, against a

@@ -21,13 +21,16 @@ import logging
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from agent_code.harness import get_harness
 from agent_code.harness.base import AgentRun, Launch
 from agent_code.rollout.client import GatewayClient, GatewayClientError
 from agent_code.sandbox import create_sandbox
 from agent_code.trajectory.samples import Sample
+
+if TYPE_CHECKING:   # tasks is imported where a rollout runs
+    from agent_code.tasks import Task
 
 log = logging.getLogger("agent_code.rollout")
 
@@ -121,7 +124,7 @@ class _Clock:
         self.t = now
 
 
-async def run_rollout(task: Any, k: int, config: RolloutConfig, client: GatewayClient, *,
+async def run_rollout(task: Task, k: int, config: RolloutConfig, client: GatewayClient, *,
                       gateway_url: str | None = None, ids: tuple[str, str] | None = None
                       ) -> tuple[RolloutResult, list[Sample]]:
     """Run sample ``k`` of ``task`` against the gateway behind ``client``; never raises for a
@@ -250,7 +253,7 @@ async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample] 
 OnResult = Callable[[RolloutResult, list[Sample]], Awaitable[None] | None]
 
 
-async def run_all(tasks: Sequence[Any], config: RolloutConfig, gateway_url: str, *,
+async def run_all(tasks: Sequence[Task], config: RolloutConfig, gateway_url: str, *,
                   on_result: OnResult | None = None, on_start: Callable[[str], None] | None = None
                   ) -> list[RolloutResult]:
     """Every (task, sample) pair, at most ``config.concurrency`` at a time; ``on_result`` sees
@@ -266,7 +269,7 @@ async def run_all(tasks: Sequence[Any], config: RolloutConfig, gateway_url: str,
                 await maybe
 
     async with GatewayClient(gateway_url) as client:
-        async def one(task: Any, k: int) -> None:
+        async def one(task: Task, k: int) -> None:
             async with gate:
                 rid, sid = rollout_ids(task.id, k)   # minted once: a stopped rollout names its real session
                 if on_start is not None:
