@@ -10,12 +10,15 @@ as directories, unreadable directories, over-long names, globs, ``~``."""
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 from pathlib import Path
 
 import pytest
 
+from agent_code.policy import denylist as dl
 from agent_code.policy import self_protection as sp
+from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, escape
 
 
 # --- _real: os.access before os.lstat ---------------------------------------------------
@@ -155,3 +158,101 @@ def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_u
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
     assert judge_all() == fast
     assert any(v is not None and v[0] == "deny" for v in fast[0])  # the traps are there
+
+
+# --- the deny list: possibly_protected and is_protected ---------------------------------
+
+def _is_protected_before(word: str, home: str | None = None) -> bool:
+    """``denylist.is_protected`` before it judged a word without a home prefix once and
+    normalized the home once."""
+    path = dl.normalize_path(word)
+    for candidate in (path, dl.normalize_path(dl._with_home(word, home))):
+        base = candidate.removesuffix("/*")
+        if base in ("", "/") or candidate == "/*":
+            return True
+        if base in dl.SYSTEM_DIRS:
+            return True
+        if base in ("~", "$HOME"):
+            return True
+        if home and base in (dl.normalize_path(home), posixpath.dirname(dl.normalize_path(home))):
+            return True
+        if dl._DOTDOTS.fullmatch(base):
+            return True
+        if base == dl.UNKNOWN_DIRECTORY:
+            return True
+    return False
+
+
+def _protected_names_before(home: str | None) -> frozenset[str]:
+    names = {d.rsplit("/", 1)[1] for d in dl.SYSTEM_DIRS}
+    if home:
+        names.add(dl.normalize_path(home).rsplit("/", 1)[-1])
+    return frozenset(names)
+
+
+def _alternative_protected_before(p: str, home: str | None) -> bool:
+    """``denylist._alternative_protected`` before a literal last name skipped its regex and
+    the candidates were made once: every name tried through the glob's regex."""
+    tilde = dl._TILDE.match(p)
+    if tilde:
+        user = tilde.group(1)
+        if user == "":
+            p = escape(home) + p[1:] if home else p
+        else:
+            p = UNKNOWN_QUOTED + p[tilde.end():]
+    if UNKNOWN in p or UNKNOWN_QUOTED in p:
+        comps = p.split("/")
+        while len(comps) > 1 and comps[-1] in ("", "."):
+            comps.pop()
+        last = comps[-1]
+        if UNKNOWN in last or UNKNOWN_QUOTED in last or last in ("..", "", "~"):
+            return True
+        regex = dl._glob_regex(last)
+        return any(regex.fullmatch(name) for name in _protected_names_before(home))
+    if not dl._is_glob(p):
+        return _is_protected_before(dl._unescape(p), home)
+    path = dl._SLASHES.sub("/", p)
+    path = dl._DOT_DIRS.sub(dl._GROUP_1, path)
+    path = path.rstrip("/") or "/"
+    if ".." in path.split("/"):
+        path = posixpath.normpath(path)
+    regex = dl._glob_regex(path)
+    candidates = ["/", *dl.SYSTEM_DIRS, "..", "../..", "../../..", "./.."]
+    if home:
+        candidates += [dl.normalize_path(home), posixpath.dirname(dl.normalize_path(home))]
+    if any(regex.fullmatch(c) for c in candidates):
+        return True
+    parent, _, last = path.rpartition("/")
+    parent = parent if path.startswith("/") and parent else (parent or ".")
+    if path.startswith("/") and parent == "":
+        parent = "/"
+    if dl._is_glob(last) and not dl._is_glob(parent) and _is_protected_before(dl._unescape(parent), home):
+        last_regex = dl._glob_regex(last)
+        return sum(bool(last_regex.fullmatch(probe)) for probe in dl._PROBES) >= 3
+    return False
+
+
+def _possibly_protected_before(pattern: str, home: str | None = None) -> bool:
+    if UNKNOWN not in pattern and UNKNOWN_QUOTED not in pattern and not dl._SPECIAL.search(pattern):
+        return _is_protected_before(pattern, home)
+    return any(_alternative_protected_before(alt, home) for alt in dl.brace_alternatives(pattern))
+
+
+_LASTS = ["build", "etc", "usr", "bin", "alice", "root", "home", "b\\in", "e\\tc", "\\*", "\\[x", "x\\",
+          "\\\\", "\\\\*", "\\\\\\*", "[", "[ab]", "[!a]", "[e]tc", "e?c", "*", "?", "*.py", "u*", "us?", "al*",
+          "..", ".", "", "~", "~alice", "a]b", "\\]", "*\\", "lib64", "snap", "Users", "\n", "a\nb", ".*"]
+_HEADS = ["", "/", "//", "./", "../", "/tmp/", "/tmp/../", "~/", "~", "~alice/", "~+/", "$HOME/", "${HOME}/",
+          UNKNOWN, UNKNOWN_QUOTED, UNKNOWN + "/", UNKNOWN_QUOTED + "/", "/" + UNKNOWN + "/", "a/" + UNKNOWN + "/x/",
+          "/home/", "/home/alice/", "{/,/tmp/}", "{a,b}/", "/e\\tc/", "/proc/1/cwd/", "/dev/fd/3/"]
+_TAILS = ["", "/", "/.", "/*", "/..", "/./", "//"]
+
+
+@pytest.mark.parametrize("home", [None, "", "/home/alice", "/home/alice/", "/root", "/", "/Users/x y"])
+def test_possibly_protected_is_what_it_was(home):
+    patterns = {head + last + tail for head in _HEADS for last in _LASTS for tail in _TAILS}
+    for pattern in sorted(patterns):
+        assert dl.possibly_protected.__wrapped__(pattern, home) == _possibly_protected_before(pattern, home), \
+            (pattern, home)
+        assert dl.is_protected.__wrapped__(pattern, home) == _is_protected_before(pattern, home), (pattern, home)
+    assert any(_possibly_protected_before(p, home) for p in patterns)
+    assert not all(_possibly_protected_before(p, home) for p in patterns)

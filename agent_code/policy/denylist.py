@@ -150,7 +150,10 @@ def is_protected(word: str, home: str | None = None) -> bool:
     ``$HOME``, the real home directory (each or its ``/*``), ``..`` chains, and any of
     those reached through ``..`` (``~/..``, ``/tmp/../etc``)."""
     path = normalize_path(word)
-    for candidate in (path, normalize_path(_with_home(word, home))):
+    homes = _home_paths(home) if home else ()
+    with_home = _with_home(word, home)
+    # (the word without a home prefix is its own second candidate: judged once)
+    for candidate in (path,) if with_home == word else (path, normalize_path(with_home)):
         base = candidate.removesuffix("/*")
         if base in ("", "/") or candidate == "/*":
             return True
@@ -158,13 +161,19 @@ def is_protected(word: str, home: str | None = None) -> bool:
             return True
         if base in ("~", "$HOME"):
             return True
-        if home and base in (normalize_path(home), posixpath.dirname(normalize_path(home))):
+        if base in homes:
             return True
         if _DOTDOTS.fullmatch(base):
             return True
         if base == UNKNOWN_DIRECTORY:   # /proc/PID/cwd, /dev/fd/N: may be any directory
             return True
     return False
+
+
+def _home_paths(home: str) -> tuple[str, str]:
+    """The home directory, normalized, and the directory it is in."""
+    normalized = normalize_path(home)
+    return normalized, posixpath.dirname(normalized)
 
 
 # re.sub with a callable is several times faster than with an r"\1" template
@@ -280,12 +289,12 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 _PROBES = ("bin", "x", "lib64", "a.b", "data")
 
 
-@lru_cache(maxsize=8)
-def _protected_names(home: str | None) -> frozenset[str]:
-    names = {d.rsplit("/", 1)[1] for d in SYSTEM_DIRS}
-    if home:
-        names.add(normalize_path(home).rsplit("/", 1)[-1])
-    return frozenset(names)
+# the last components of the protected directories: the system ones, and the home's (_home_name)
+_SYSTEM_NAMES = frozenset(d.rsplit("/", 1)[1] for d in SYSTEM_DIRS)
+
+
+def _home_name(home: str) -> str:
+    return normalize_path(home).rsplit("/", 1)[-1]
 
 
 @lru_cache(maxsize=1024)  # a pure function of the words
@@ -301,6 +310,8 @@ def possibly_protected(pattern: str, home: str | None = None) -> bool:
 
 
 _SPECIAL = re.compile(r"[\\{*?\[~]")  # what may make a pattern more than one literal path
+# the paths a glob is tried against (and, per home, _home_paths)
+_GLOB_CANDIDATES = ("/", *SYSTEM_DIRS, "..", "../..", "../../..", "./..")
 _TILDE = re.compile(r"~([^/\\]*)")
 _SLASHES = re.compile(r"/+")
 _DOT_DIRS = re.compile(r"(^|/)\./")
@@ -321,8 +332,12 @@ def _alternative_protected(p: str, home: str | None) -> bool:
         last = comps[-1]
         if UNKNOWN in last or UNKNOWN_QUOTED in last or last in ("..", "", "~"):
             return True
+        # may it be the name of a protected directory (in an unknown one)?
+        if not _is_glob(last):  # a literal name: its _glob_regex matches that name only
+            name = _unescape(last)
+            return name in _SYSTEM_NAMES or (bool(home) and name == _home_name(home))
         regex = _glob_regex(last)
-        return any(regex.fullmatch(name) for name in _protected_names(home))
+        return any(map(regex.fullmatch, _SYSTEM_NAMES)) or (bool(home) and regex.fullmatch(_home_name(home)) is not None)
     if not _is_glob(p):
         return is_protected(_unescape(p), home)
     path = _SLASHES.sub("/", p)
@@ -331,10 +346,7 @@ def _alternative_protected(p: str, home: str | None) -> bool:
     if ".." in path.split("/"):
         path = posixpath.normpath(path)
     regex = _glob_regex(path)
-    candidates = ["/", *SYSTEM_DIRS, "..", "../..", "../../..", "./.."]
-    if home:
-        candidates += [normalize_path(home), posixpath.dirname(normalize_path(home))]
-    if any(regex.fullmatch(c) for c in candidates):
+    if any(map(regex.fullmatch, _GLOB_CANDIDATES)) or (home and any(map(regex.fullmatch, _home_paths(home)))):
         return True
     parent, _, last = path.rpartition("/")
     parent = parent if path.startswith("/") and parent else (parent or ".")
