@@ -33,6 +33,7 @@ from agent_code.trajectory.tokens import TokenSeq, as_ids
 
 if TYPE_CHECKING:
     from agent_code.render.template import Renderer
+    from agent_code.trajectory.samples import Sample
     from agent_code.trajectory.store import TurnLog
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
@@ -290,7 +291,7 @@ class Gateway:
 
     def finish_session(self, session_id: str, reward: float | None = None,
                        metadata: dict[str, Any] | None = None, rollout_id: str | None = None,
-                       status: str | None = None) -> list[Any]:
+                       status: str | None = None) -> list[Sample]:
         """Close the session and return its samples (also written under the trajectory dir).
         ``status`` (e.g. ``"aborted"`` for a rollout cut off at its budget) overrides every
         sample's own status. The session closes only once its samples are written: if the write

@@ -14,13 +14,13 @@ Anthropic's format.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agent_code.gateway.auth import ManagementGuard
+from agent_code.gateway.auth import Action, ManagementGuard
 from agent_code.gateway import offload
 from agent_code.gateway.http import HttpError, as_http_error, read_json
 from agent_code.gateway.pipeline import Gateway
@@ -58,7 +58,7 @@ class SessionRoutes:
     def __init__(self, gateway: Gateway, guard: ManagementGuard, *, max_body_bytes: int) -> None:
         self.gateway, self.guard, self.max_body_bytes = gateway, guard, max_body_bytes
         # (what follows the id, method) → (the guard's action, the handler)
-        self.routes: dict[tuple[tuple[str, ...], str], tuple[Any, Any]] = {
+        self.routes: dict[tuple[tuple[str, ...], str], tuple[Action, Callable[[Request, str], Awaitable[Response]]]] = {
             ((), "GET"): ("read", self.summary), (("turns",), "GET"): ("read", self.turns),
             (("finish",), "POST"): ("finish", self.finish), ((), "DELETE"): ("delete", self.delete)}
 

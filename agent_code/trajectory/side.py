@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from agent_code.protocols.canonical import ToolSchema
+from agent_code.trajectory.records import TurnRecord
 
 # (client, what, text its system prompt holds); one row per known side request
 MARKERS: tuple[tuple[str, str, str], ...] = (
@@ -45,9 +46,8 @@ def is_side(messages: Sequence[dict[str, Any]], tools: Sequence[ToolSchema] | No
     return marked(messages) is not None or (not tools and others_have_tools)
 
 
-def side_roots(roots: Iterable[Any]) -> set[int]:
-    """Indexes of the side requests among a session's root turns (records with ``messages``,
-    ``tools`` and ``index``)."""
+def side_roots(roots: Iterable[TurnRecord]) -> set[int]:
+    """Indexes of the side requests among a session's root turns."""
     roots = list(roots)
     with_tools = [r for r in roots if r.tools]
     return {r.index for r in roots if is_side(r.messages, r.tools, any(o is not r for o in with_tools))}
