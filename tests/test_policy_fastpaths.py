@@ -256,3 +256,58 @@ def test_possibly_protected_is_what_it_was(home):
         assert dl.is_protected.__wrapped__(pattern, home) == _is_protected_before(pattern, home), (pattern, home)
     assert any(_possibly_protected_before(p, home) for p in patterns)
     assert not all(_possibly_protected_before(p, home) for p in patterns)
+
+
+# --- whole command lines: self-protection and the deny list with every shortcut off -----
+
+_READER_LINES = [
+    "cat -o .git/config x", "ls --output=.agent/x", "grep -o .agent x", "head -n 3 .git/config", "wc -l < .git/config",
+    "echo x > .git/config", "echo x >> to_agent/settings.json", "cat x | tee .git/hooks/pre-commit", "cat x > y",
+    "sudo cat .git/config", "env -C .agent cat x", "xargs cat < list", "printf '%s' x -o .agent/a",
+    "sort -o .git/config x", "sort --output=to_agent/x y", "cd to_agent && cat settings.json > out",
+    "cd \"$(git rev-parse --show-toplevel)\" && ls -o to_settings && echo done -O .git/x", "tree -o .agents/skills/x",
+    "du --output .git/x", "echo $(cat .git/config) > src/out", "comm -o ~/.gitconfig a b", "test -o .git/x",
+    "find . -name '*.pyc' -delete", "rm -rf build dist", "cd /tmp && rm -rf *", "cd $X && rm -rf etc",
+    "cd $X && rm -rf build", "cd / && chmod -R 777 usr", "cd /dev && tee sda < x", "cd /etc && rm passwd",
+    "cd \"$D\" && mv * /tmp", "cd ~ && rm -rf *", "pushd $X && find . -delete", "cd $X; tee ../../etc/passwd",
+]
+
+
+def _corpus() -> list[str]:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.policy_parse import PIECES, command_line, typical_lines
+    from tests import test_policy_decision_table as table
+    from tests import test_self_protection as selfp
+
+    lines = [*_READER_LINES, command_line(2048), *PIECES, *typical_lines(2048).values()]
+    lines += [command for command, _, _ in table.TABLE]
+    lines += [*selfp.DENIED_COMMANDS, *selfp.MAYBE_COMMANDS, *selfp.NOT_ALLOWED_COMMANDS, *selfp.ALLOWED_COMMANDS]
+    return list(dict.fromkeys(lines))
+
+
+def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypatch):
+    """Self-protection's findings and the deny list's hits for several hundred lines (the
+    decision table, the self-protection tests', the bench's) in a project full of links."""
+    from agent_code.policy.commands import analyze, clear_caches
+
+    root, home = tree
+    places = sp.Places.of(root, home)
+    lines = _corpus()
+    assert len(lines) > 400
+
+    def judge_all() -> list[object]:
+        clear_caches()
+        out: list[object] = []
+        for line in lines:
+            analysis = analyze(line)
+            out.append((sp.check_command(analysis, places), list(dl.hits(analysis, str(home)))))
+        return out
+
+    fast = judge_all()
+    monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
+    assert judge_all() == fast
+    assert sum(finding is not None and finding.severity == "deny" for finding, _ in fast) > 50
+    assert sum(bool(hits) for _, hits in fast) > 100

@@ -196,6 +196,8 @@ def _is_glob(pattern: str) -> bool:
 def brace_alternatives(pattern: str, limit: int = 256) -> list[str]:
     """Brace expansion of a word pattern (``/{etc,usr}`` → ``/etc``, ``/usr``;
     ``{1..3}``), escapes honoured. Past ``limit`` words: one word that may be anything."""
+    if "{" not in pattern and limit >= 1:  # no brace to expand (what _first_brace finds too)
+        return [pattern]
     out: list[str] = []
     todo = [pattern]
     while todo:

@@ -763,6 +763,10 @@ ALL_OPERAND_WRITERS = frozenset({
 DEST_WRITERS = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
 _WRITERS = ALL_OPERAND_WRITERS | DEST_WRITERS | {"tee"}
 _TARGET_PROGRAMS = _WRITERS | {"sed", "gsed", "perl", "dd"}  # _write_targets reads their operands
+# readers that check_command has nothing to judge of but their output options (-o FILE …):
+# not git, find or sort (_is_reader looks at their words), no writer, copier or linker
+_ONLY_READERS = READERS - {"git", "find", "sort", "ln", "link", "cp", "sed", "gsed", "perl", "tee"} \
+    - ALL_OPERAND_WRITERS - DEST_WRITERS - _TARGET_PROGRAMS - {"cp", "rsync", "mv", "ditto"}
 INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
 _SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
 
@@ -1048,7 +1052,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         argv = c.argv if c.wrapper is None else _own_argv(commands, index)
         if not argv:
             continue
-        program = program_name(argv[0])
+        program = c.program if argv is c.argv else program_name(argv[0])  # (c.program is argv[0]'s)
         if c.wrapper is not None:
             if argv is c.argv:
                 continue  # a shell running a script, eval, su -c …: the script is judged itself
@@ -1056,6 +1060,12 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
                 verdict = None if _EXPANSION.search(word) else judge_word(word, shell)
                 if verdict is not None and verdict[0] == "deny":
                     return Finding("deny", verdict[1], _shown(c))
+            continue
+        if program in _ONLY_READERS:  # (most commands) what the steps below come to for them
+            for target in _output_options(argv):
+                found = note(judge_word(target, shell), _shown(c))
+                if found:
+                    return found
             continue
         if program == "git" and _git_config_writes(argv) == "":
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
