@@ -260,7 +260,7 @@ def test_possibly_protected_is_what_it_was(home):
 
 # --- whole command lines: self-protection and the deny list with every shortcut off -----
 
-_READER_LINES = [
+_TRICKY_LINES = [
     "cat -o .git/config x", "ls --output=.agent/x", "grep -o .agent x", "head -n 3 .git/config", "wc -l < .git/config",
     "echo x > .git/config", "echo x >> to_agent/settings.json", "cat x | tee .git/hooks/pre-commit", "cat x > y",
     "sudo cat .git/config", "env -C .agent cat x", "xargs cat < list", "printf '%s' x -o .agent/a",
@@ -270,6 +270,16 @@ _READER_LINES = [
     "find . -name '*.pyc' -delete", "rm -rf build dist", "cd /tmp && rm -rf *", "cd $X && rm -rf etc",
     "cd $X && rm -rf build", "cd / && chmod -R 777 usr", "cd /dev && tee sda < x", "cd /etc && rm passwd",
     "cd \"$D\" && mv * /tmp", "cd ~ && rm -rf *", "pushd $X && find . -delete", "cd $X; tee ../../etc/passwd",
+    # the deny list's second look under a cd's directory, known and unknown
+    "cd $X && tee sda", "cd \"$X/dev\" && tee sda", "cd \"$X\"/dev && shred sda1", "cd /dev && shred sda1",
+    "cd $X && dd if=x of=sda", "cd /dev && dd if=x of=sda", "cd $(pwd)/dev && truncate -s 0 nvme0n1",
+    "cd $X && cp x passwd", "cd /etc && cp x passwd", "cd \"$X/etc\" && rm passwd", "cd ${X}etc && mv a passwd",
+    "cd $(pwd)/../../etc && sed -i s/a/b/ passwd", "cd /etc && sed -i s/a/b/ shadow", "cd $X && tee -a sudoers",
+    "cd /proc/sys && tee kernel/x", "cd $X && echo 1 > sysrq-trigger", "cd /proc && tee sysrq-trigger",
+    "cd / && tar xf x.tar", "cd $X && tar xf x.tar -C .", "cd $X && chmod -R 777 .", "cd $X && chown -R a *",
+    "cd ~alice && rm -rf *", "cd - && rm -rf *", "cd $X && rm -rf ../..", "cd $X && find . -exec rm {} +",
+    "cd $X && rsync -a --delete src/ .", "cd $X && mv etc /tmp", "cd $X && cp -r x/. /", "cd $X && systemctl reboot",
+    "cd $X && mkfs.ext4 sda", "cd $X && install x /usr/bin/y", "cd $X && ln -sf x passwd", "cd \"$X\" && tee ../dev/sda",
 ]
 
 
@@ -281,7 +291,7 @@ def _corpus() -> list[str]:
     from tests import test_policy_decision_table as table
     from tests import test_self_protection as selfp
 
-    lines = [*_READER_LINES, command_line(2048), *PIECES, *typical_lines(2048).values()]
+    lines = [*_TRICKY_LINES, command_line(2048), *PIECES, *typical_lines(2048).values()]
     lines += [command for command, _, _ in table.TABLE]
     lines += [*selfp.DENIED_COMMANDS, *selfp.MAYBE_COMMANDS, *selfp.NOT_ALLOWED_COMMANDS, *selfp.ALLOWED_COMMANDS]
     return list(dict.fromkeys(lines))
@@ -308,6 +318,8 @@ def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypat
     fast = judge_all()
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
     monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
+    monkeypatch.setattr(dl, "_SAME_UNDER_ANY_BASE", frozenset())
+    monkeypatch.setattr(dl, "_SAME_UNDER_AN_UNKNOWN_BASE", frozenset())
     assert judge_all() == fast
     assert sum(finding is not None and finding.severity == "deny" for finding, _ in fast) > 50
     assert sum(bool(hits) for _, hits in fast) > 100

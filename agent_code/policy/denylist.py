@@ -846,14 +846,21 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
         if not checks:
             continue
         inv = normalize(command.argv)
-        moved = [(base, _rebased(command, base)) for base in bases] if program in _PATH_PROGRAMS else []
+        moves = bases if program in _PATH_PROGRAMS else ()
+        rebased_under: dict[str, Command | None] = {}  # made when a check needs it
         for rule, check in checks:
             reason = check(command, inv, home)
-            for base, rebased in moved:
-                if reason is None and rebased is not None:
-                    reason = check(rebased, inv, home)
-                    if reason is not None:
-                        reason += f" (after cd {_unescape(base)})"
+            if reason is None and moves and rule not in _SAME_UNDER_ANY_BASE:
+                for base in moves:
+                    if rule in _SAME_UNDER_AN_UNKNOWN_BASE and base.startswith(_UNKNOWN_STARTS):
+                        continue
+                    rebased = rebased_under[base] if base in rebased_under else \
+                        rebased_under.setdefault(base, _rebased(command, base))
+                    if rebased is not None:
+                        reason = check(rebased, inv, home)
+                        if reason is not None:
+                            reason += f" (after cd {_unescape(base)})"
+                            break
             if reason is not None:
                 yield Hit(rule, reason, _shown(command))
 
@@ -899,6 +906,15 @@ def _directories_changed_to(analysis: Analysis, home: str | None) -> list[str]:
 
 
 _NOT_RELATIVE = ("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)
+# Checks a command rebased under a cd's directory (_rebased: only its patterns change) needs
+# no second look from: these never read a command's patterns (argv, redirections and the
+# normalized argv only), so they answer for the rebased command what they did for it …
+_SAME_UNDER_ANY_BASE = frozenset({"format-disk", "overwrite-root", "power", "kernel"})
+# … and these only find absolute paths (/dev/…, /etc/passwd …) among the operands a base
+# changes, which a base that begins with an expansion (``cd "$X"``, ``cd $(…)``) turns into
+# relative patterns ("\x02/sda"): for such a base they answer what they did without it
+_SAME_UNDER_AN_UNKNOWN_BASE = frozenset({"system-file", "write-device"})
+_UNKNOWN_STARTS = (UNKNOWN, UNKNOWN_QUOTED)
 
 
 def _rebased(c: Command, base: str) -> Command | None:
