@@ -323,3 +323,30 @@ def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypat
     assert judge_all() == fast
     assert sum(finding is not None and finding.severity == "deny" for finding, _ in fast) > 50
     assert sum(bool(hits) for _, hits in fast) > 100
+
+
+class _Everything:
+    """A set that holds every name (turns a ``name not in SET`` shortcut off)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def test_command_lines_are_analysed_the_same_without_the_shortcuts(monkeypatch):
+    """commands.analyze: an ordinary program's command made in _simple, as _expand_argv makes it."""
+    from agent_code.policy import commands
+
+    lines = _corpus() + ["/bin/rm -rf /", "$X -rf /", "\\rm x", "'' x", "for c in ls rm; do $c -rf /; done",
+                         "x=$(ls) y", "git -c core.pager=less log", "make -f - < x", "bash -c 'rm -rf /'", "nice rm x"]
+
+    def analyse_all() -> list[object]:
+        commands.clear_caches()
+        out = []
+        for line in lines:
+            analysis = commands.analyze(line)
+            out.append((analysis, [c.program for c in analysis.commands]))
+        return out
+
+    fast = analyse_all()
+    monkeypatch.setattr(commands, "_NOT_ORDINARY", _Everything())
+    assert analyse_all() == fast

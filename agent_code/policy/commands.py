@@ -492,7 +492,16 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     redirects = tuple([(op, target.text) for op, target in stage.redirects]) if stage.redirects else ()
     if "" in patterns:  # no pattern: the text, escaped
         patterns = tuple([w.pattern or escape(w.text) for w in words])
-    leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
+    program = argv[0] if argv else ""
+    if program and program not in _NOT_ORDINARY and "/" not in program and "$" not in program \
+            and UNKNOWN not in patterns[0] and UNKNOWN_QUOTED not in patterns[0]:
+        # (most commands) an ordinary program under its own name: what _expand_argv comes to
+        leaf = _new(Command)
+        _set_fields(leaf, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": None, "privileged": False,
+                                       "sub_programs": sub_programs, "patterns": patterns, "program": program})
+        out.commands.append(leaf)
+    else:
+        leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not words and redirects:
         out.commands.append(Command((), redirects))
     if leaf is not None and leaf.program in STDIN_SCRIPT_READERS and _reads_script_from_stdin(leaf):
@@ -541,6 +550,8 @@ def _script_for(leaf: Command, text: str) -> str:
 STDIN_SCRIPT_READERS = frozenset(SHELLS | {"source", ".", "at", "batch", "crontab"})
 _NO_PROGRAMS: frozenset[str] = frozenset()
 _SHELLS_AND_SOURCE = SHELLS | {"source", "."}
+# programs _expand_argv does more for than list them: wrappers, shells, what _runs_more reads
+_NOT_ORDINARY = _UNWRAPPED | _RUNS_MORE | _SHELLS_AND_SOURCE
 _TEXT, _PATTERN, _SUBS = (Word._fields.index(name) for name in ("text", "pattern", "subs"))  # Word's columns
 
 
