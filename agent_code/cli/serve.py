@@ -103,6 +103,9 @@ def serve(
     max_connections: int = typer.Option(2048, "--max-connections", min=1,
                                         help="Connections open at once; past it the longest-open idle ones are "
                                              "closed to make room (kept below the open-file limit)."),
+    weight_version: str = typer.Option("0", "--weight-version",
+                                       help="The weight version turns record until POST /v1/admin/resume "
+                                            "names another (weight updates)."),
     max_requests: int = typer.Option(512, "--max-requests", min=1,
                                      help="Requests answered at once; past it a 503 in the protocol's error "
                                           "format, with retry-after."),
@@ -145,7 +148,7 @@ def serve(
                                 max_context_tokens=max_context, history_policy=history,
                                 trajectory_dir=trajectory_dir, reward_policy=rewards,
                                 max_sessions=max_sessions, max_in_flight=max_in_flight,
-                                open_on_first_use=mode == "auto")
+                                open_on_first_use=mode == "auto", weight_version=weight_version)
         app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
         print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
               f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on {url} "

@@ -20,6 +20,7 @@ from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_e
 from agent_code.gateway.identity import SessionResolver, require_session_key
 from agent_code.gateway.sessions import SessionError
 from agent_code.gateway.pipeline import Gateway
+from agent_code.gateway.routes_admin import AdminRoutes
 from agent_code.gateway.routes_anthropic import AnthropicRoutes, error_response
 from agent_code.gateway.routes_openai_chat import ChatCompletionsRoutes, openai_error_response
 from agent_code.gateway.routes_openai_responses import ResponsesRoutes
@@ -45,6 +46,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     chat = ChatCompletionsRoutes(gateway, flow, resolver, max_body_bytes=max_body_bytes)
     responses = ResponsesRoutes(gateway, flow, resolver, max_body_bytes=max_body_bytes)
     sessions = SessionRoutes(gateway, guard, max_body_bytes=max_body_bytes)
+    admin = AdminRoutes(gateway, guard)
     started = time.time()
 
     async def healthz(request: Request) -> Response:
@@ -86,5 +88,8 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", sessions.open, methods=["POST"]),
         Route("/v1/sessions/{rest:path}", sessions.one, methods=["GET", "POST", "DELETE"]),
+        Route("/v1/admin/pause", admin.pause, methods=["POST"]),
+        Route("/v1/admin/resume", admin.resume, methods=["POST"]),
+        Route("/v1/admin/weights", admin.weights, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, 500: http_error})

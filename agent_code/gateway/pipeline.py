@@ -24,6 +24,7 @@ from agent_code.engines.base import Engine, EngineError, Generation, stream_gene
 from agent_code.gateway.grammar import tool_call_grammar
 from agent_code.gateway.offload import Batcher
 from agent_code.gateway.sessions import Session, SessionStore
+from agent_code.gateway.weights import WeightGate
 from agent_code.parse import detect_parsers, parse_completion
 from agent_code.parse.incremental import Progress, certain
 from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
@@ -80,6 +81,7 @@ class TurnOutcome:
     stop_sequence: str | None
     timing: dict[str, float] = field(default_factory=dict)
     plan: PromptPlan | None = None
+    weight_version: str | None = None   # the weights that generated it
 
     @property
     def finish_reason(self) -> str:
@@ -91,7 +93,8 @@ class Gateway:
                  tool_parser: str | None = None, reasoning_parser: str | None = None,
                  store: SessionStore | None = None, default_max_tokens: int = 4096,
                  history_policy: str = "tokens", turn_log: TurnLog | None = None, reward_policy: str = "full",
-                 tool_grammar: str = "auto", open_on_first_use: bool | None = None) -> None:
+                 tool_grammar: str = "auto", open_on_first_use: bool | None = None,
+                 weight_version: str = "0") -> None:
         if history_policy not in POLICIES:
             raise ValueError(f"unknown history policy '{history_policy}' (choose from {', '.join(POLICIES)})")
         self.history_policy = history_policy
@@ -115,6 +118,7 @@ class Gateway:
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
         self.tool_grammar = tool_grammar
         self._suffix_batcher: Batcher[str, list[int]] | None = None   # made on first use (encode_suffix_off_loop)
+        self.weights = WeightGate(weight_version)   # admission and the weight version (gateway/weights.py)
 
     def _persist_end(self, session_id: str, how: str) -> None:
         assert self.turn_log is not None   # the store's on_end is this only where there is a turn log
@@ -225,6 +229,7 @@ class Gateway:
     async def generate(self, session: Session, turn: "PreparedTurn",
                        progress: Callable[[Progress], None] | None = None) -> TurnOutcome:
         session.check_open()
+        version = await self.weights.admit()   # waits (or is refused) while paused for a weight update
         session.in_flight += 1
         try:
             t1 = time.perf_counter()
@@ -239,8 +244,11 @@ class Gateway:
             t3 = time.perf_counter()
         finally:
             session.in_flight -= 1
+            self.weights.release()
         timing = {**turn.timing, "engine": t2 - t1, "parse": t3 - t2}
-        return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing, turn.plan)
+        reported = generation.meta.get("weight_version")   # the engine's own word wins
+        return TurnOutcome(turn.request, turn.prompt_ids, generation, reply, stop_sequence, timing, turn.plan,
+                           str(reported) if reported is not None else version)
 
     async def _streamed(self, session: Session, turn: "PreparedTurn",
                         progress: Callable[[Progress], None]) -> Generation:
@@ -329,6 +337,7 @@ class Gateway:
             ill_formed=list(outcome.reply.ill_formed), protocol=protocol,
             timing={**outcome.timing, "total": total_s},
         )
+        record.weight_version = outcome.weight_version
         cached = g.meta.get("cached_tokens")
         if type(cached) is int and cached >= 0:
             record.cached_tokens = cached

@@ -33,6 +33,7 @@ class GatewayOptions(TypedDict, total=False):
     reward_policy: str
     max_sessions: int | None
     max_in_flight: int | None
+    weight_version: str
 
 
 def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name: str | None = None,
@@ -40,12 +41,14 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
                   max_turns: int | None = None, max_context_tokens: int | None = None,
                   history_policy: str = "tokens", trajectory_dir: str | None = None,
                   reward_policy: str = "full", max_sessions: int | None = None,
-                  max_in_flight: int | None = None, open_on_first_use: bool = True) -> Gateway:
+                  max_in_flight: int | None = None, open_on_first_use: bool = True,
+                  weight_version: str = "0") -> Gateway:
     """A gateway on ``engine_spec``. Limits: ``max_turns`` and ``max_context_tokens`` per session,
     ``max_sessions`` open at once, ``max_in_flight`` requests generating at once per session
     (each None: no limit; the request size limit and the admin token belong to ``create_app``).
     ``open_on_first_use``: False serves only the sessions opened with ``POST /v1/sessions`` (every
-    rollout gateway; see :mod:`agent_code.gateway.sessions`)."""
+    rollout gateway; see :mod:`agent_code.gateway.sessions`). ``weight_version``: the version
+    turns record until an admin resume names another (:mod:`agent_code.gateway.weights`)."""
     from agent_code.engines import create_engine
     from agent_code.render.template import load_renderer
 
@@ -65,7 +68,8 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
                    turn_log=TurnLog(trajectory_dir) if trajectory_dir else None, reward_policy=reward_policy,
                    store=SessionStore(default_max_turns=max_turns, default_max_context=max_context_tokens,
                                       max_sessions=max_sessions, max_in_flight=max_in_flight,
-                                      open_on_first_use=open_on_first_use))
+                                      open_on_first_use=open_on_first_use),
+                   weight_version=weight_version)
 
 
 GC_THRESHOLDS = (10_000, 10, 10)   # the youngest generation collected every 10,000 net allocations (Python: 700)

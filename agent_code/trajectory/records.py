@@ -42,6 +42,7 @@ class TurnFields(TypedDict):
     branch_hint: NotRequired[str | None]
     notes: NotRequired[list[dict[str, Any]]]
     cached_tokens: NotRequired[int | None]
+    weight_version: NotRequired[str | None]
 
 
 @dataclass
@@ -67,6 +68,7 @@ class TurnRecord:
     branch_hint: str | None = None   # why a new root started: "sub-agent", "compaction", "retry"
     notes: list[dict[str, Any]] = field(default_factory=list)  # client rewrites tolerated (echo.py)
     cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (None: not reported)
+    weight_version: str | None = None  # the policy weights that generated the output (None: not known)
     _held: TokenSeq | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -93,6 +95,7 @@ class TurnRecord:
             "parent": self.parent, "policy": self.policy, "prefix_reused": self.prefix_reused,
             "drift": self.drift, "branch_hint": self.branch_hint, "notes": self.notes,
             **({"cached_tokens": self.cached_tokens} if self.cached_tokens is not None else {}),
+            **({"weight_version": self.weight_version} if self.weight_version is not None else {}),
         }
 
     @classmethod

@@ -24,6 +24,10 @@ Masking rules:
 
 Hence every mask-1 position holds the id the engine sampled for that turn at that offset, with
 its logprob, and each (turn, offset) is trained at most once across the session's samples.
+``metadata["weight_versions"]`` says which policy weights sampled them: one entry per trained
+turn span, ``{"turn", "version", "start", "end"}`` in response positions (``loss_mask``
+indices, end exclusive), so a session that spans a weight update stays one sample and a
+trainer can correct the off-policy spans.
 
 Branches: a root that is a client's side request (``side.py``: a known title/topic request,
 or one without tools beside roots with tools) is ``"side"``; the first other root's first chain
@@ -175,6 +179,7 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
         drift: list[dict[str, Any]] = []
         shared: list[int] = []
         claimed = [False] * R                   # positions some chain turn's output holds
+        versions: list[dict[str, Any]] = []     # the weight version of each turn's trained span
         for pos, u in enumerate(chain):
             for event in u.drift:
                 drift.append({"turn": u.index, **event})
@@ -194,6 +199,9 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
                     mask[start + k - P] = 1
                     logprobs[start + k - P] = float(u.logprobs[k]) if k < len(u.logprobs) else 0.0
                 k += 1
+            if k and not is_shared and u.weight_version is not None:
+                versions.append({"turn": u.index, "version": u.weight_version, "start": start - P,
+                                 "end": start + k - P})
             if k < len(out) and not is_shared:
                 drift.append({"turn": u.index, "kind": "realigned", "cause": _realign_cause(nxt, start + k),
                               "masked": len(out) - k, "at": k})
@@ -214,6 +222,8 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
         cache = [[u.index, len(u.prompt_ids), u.cached_tokens] for u in chain if u.cached_tokens is not None]
         if cache:  # [turn, prompt tokens, of them served from the engine's prefix cache]
             meta["engine_cache"] = cache
+        if versions:  # response positions [start, end) each turn trained, and the weights that sampled them
+            meta["weight_versions"] = versions
         status = status_override or STATUS_BY_FINISH.get(leaf.finish_reason, "aborted")
         samples.append(Sample(
             session_id=leaf.session_id, rollout_id=rollout_id, index=n,
