@@ -870,7 +870,10 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
                 flags.append((aliases.get(flag, flag), None))
         else:
             flags.append((aliases.get(word, word), None))  # -9, -n5, -O2: one flag
-    return Invocation(program, tuple(flags), tuple(operands))
+    # Invocation(program, …) without the frozen dataclass's setattr per field (as Command)
+    invocation = _new(Invocation)
+    _set_fields(invocation, "__dict__", {"program": program, "flags": tuple(flags), "operands": tuple(operands)})
+    return invocation
 
 
 def clear_caches() -> None:

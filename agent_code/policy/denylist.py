@@ -574,7 +574,8 @@ _KERNEL_EXACT = frozenset(k.rstrip("/") for k in KERNEL_FILES)
 def _written_files(c: Command, inv: Invocation) -> list[str]:
     """Files the command writes, truncates or removes (its redirections, and the
     destinations of the usual writers)."""
-    out = [t for op, t in c.redirects if op in WRITE_REDIRECTIONS and not (op == ">&" and (t.isdigit() or t == "-"))]
+    out = [t for op, t in c.redirects if op in WRITE_REDIRECTIONS and not (op == ">&" and (t.isdigit() or t == "-"))] \
+        if c.redirects else []
     operands = inv.operands
     if inv.program in ("tee", "truncate", "shred", "sponge", "unlink", "rm"):
         out += operands

@@ -1046,9 +1046,11 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         for op, target in c.redirects:
             if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
                 continue
-            found = note(judge_word(target, shell), f"{op} {target}")
-            if found:
-                return found
+            verdict = judge_word(target, shell)
+            if verdict is not None:  # (the detail is made only for a verdict)
+                found = note(verdict, f"{op} {target}")
+                if found:
+                    return found
         argv = c.argv if c.wrapper is None else _own_argv(commands, index)
         if not argv:
             continue
@@ -1092,9 +1094,11 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         if program == "find" and _find_deletes_broadly(argv):
             note(("ask", "any file below where find starts (find -delete)"), _shown(c))
         for target in targets:
-            found = note(judge_word(target, shell), _shown(c))
-            if found:
-                return found
+            verdict = judge_word(target, shell)
+            if verdict is not None:
+                found = note(verdict, _shown(c))
+                if found:
+                    return found
         if _is_reader(argv, program):
             continue
         for word in argv[1:]:
