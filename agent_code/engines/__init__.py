@@ -11,6 +11,9 @@
 ``hf:MODEL``           transformers + torch in process (:mod:`.hf`), hub id or directory
 ``instant[:TEXT]``     the same short reply at once, every request (:mod:`.instant`;
                        default: a Hermes call to ``Read``) — for load tests
+``sglang:URL1,URL2``   a pool of replicas, sessions pinned to one (:mod:`.pool`);
+``vllm:URL1,URL2``     likewise for vLLM servers
+``SPEC*N``             a pool of N in-process replicas of ``SPEC`` (``llamacpp*2``)
 =====================  =========================================================
 
 Each engine module is imported only when its spec is used, so optional dependencies
@@ -29,11 +32,37 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "EngineError", "Generation", "ENGINE_SPECS", "create_engine"]
 
 ENGINE_SPECS = ("scripted:PATH", "llamacpp", "llamacpp:PATH.gguf", "llamacpp:qwen2.5-coder-1.5b", "sglang:URL",
-                "vllm:URL", "hf:MODEL", "instant[:TEXT]")
+                "vllm:URL", "hf:MODEL", "instant[:TEXT]", "sglang:URL1,URL2", "SPEC*N")
+MAX_REPLICAS = 64
+
+
+def _pool(spec: str, renderer: Renderer, options: dict[str, Any]) -> Engine | None:
+    """A :class:`~agent_code.engines.pool.PoolEngine` when ``spec`` names several replicas."""
+    import re
+
+    from agent_code.engines.pool import PoolEngine
+
+    times = re.fullmatch(r"(.+)\*(\d+)", spec.strip())
+    if times:
+        n = int(times.group(2))
+        if not 1 <= n <= MAX_REPLICAS:
+            raise ValueError(f"engine spec {spec!r}: between 1 and {MAX_REPLICAS} replicas")
+        return PoolEngine([create_engine(times.group(1), renderer, **options) for _ in range(n)])
+    kind, _, arg = spec.partition(":")
+    if kind.strip().lower() in ("sglang", "vllm") and "," in arg:
+        urls = [u.strip() for u in arg.split(",")]
+        if not all(urls) or len(urls) > MAX_REPLICAS:
+            raise ValueError(f"engine spec {spec!r}: give 1 to {MAX_REPLICAS} comma-separated URLs")
+        return PoolEngine([create_engine(f"{kind}:{u}", renderer, **options) for u in urls],
+                          names=urls)
+    return None
 
 
 def create_engine(spec: str, renderer: Renderer, **options: Any) -> Engine:
     """An engine for ``spec`` (see the module doc); ``options`` go to its constructor."""
+    pooled = _pool(spec, renderer, options)
+    if pooled is not None:
+        return pooled
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
     arg = arg.strip()

@@ -91,5 +91,6 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         Route("/v1/admin/pause", admin.pause, methods=["POST"]),
         Route("/v1/admin/resume", admin.resume, methods=["POST"]),
         Route("/v1/admin/weights", admin.weights, methods=["GET"]),
+        Route("/v1/engines", admin.engines, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, 500: http_error})

@@ -43,7 +43,7 @@ from agent_code.gateway.http import HttpError, credential_from
 
 ADMIN_HEADER = "x-agent-code-admin"
 ADMIN_ENV = "AGENT_CODE_ADMIN_TOKEN"
-Action = Literal["open", "read", "finish", "delete", "weights"]   # weights: pause, resume, read the version
+Action = Literal["open", "read", "finish", "delete", "weights"]   # weights: pause, resume, versions, engines
 _HOW = f"send it as '{ADMIN_HEADER}: TOKEN' or 'Authorization: Bearer TOKEN'"
 
 
@@ -104,7 +104,7 @@ def decide(action: Action, session_id: str | None, *, credential: str | None, ad
 
 def _refusal(action: Action, session_id: str | None, *, own: bool) -> str:
     if action == "weights":
-        return f"pausing admission and setting the weight version need the admin token ({_HOW})"
+        return f"the weight and engine routes need the admin token ({_HOW})"
     what = f"session '{session_id}'" if session_id is not None else "a session"
     if own:
         return (f"a session's key may only read its own session; to {action} {what} use the "

@@ -5,6 +5,7 @@ Anthropic's format.
     POST /v1/admin/pause    {"mode"?: "wait" | "reject"}   → the status
     POST /v1/admin/resume   {"weight_version"?: str}       → the status
     GET  /v1/admin/weights                                  → the status
+    GET  /v1/engines                                        → the engine's replicas, health, pinned sessions
 """
 
 from __future__ import annotations
@@ -69,5 +70,17 @@ class AdminRoutes:
         try:
             self.guard.require(request, "weights")
             return JSONResponse(self.gateway.weights.status())
+        except Exception as exc:
+            return error_response(as_http_error(exc))
+
+    async def engines(self, request: Request) -> Response:
+        try:
+            self.guard.require(request, "weights")
+            engine = self.gateway.engine
+            status = getattr(engine, "status", None)
+            if status is not None:
+                return JSONResponse(status())
+            return JSONResponse({"engine": engine.name, "max_sessions": None, "replicas": [
+                {"name": engine.name, "healthy": True, "sessions": sorted(self.gateway.store.sessions)}]})
         except Exception as exc:
             return error_response(as_http_error(exc))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, TypedDict
@@ -52,10 +53,11 @@ def build_gateway(engine_spec: str, *, tokenizer: str | None = None, model_name:
     from agent_code.engines import create_engine
     from agent_code.render.template import load_renderer
 
-    if tokenizer is None and engine_spec.startswith("llamacpp:"):
+    single = re.sub(r"\*\d+$", "", engine_spec.strip())   # a pool of in-process replicas: their one spec
+    if tokenizer is None and single.startswith("llamacpp:"):
         from agent_code.render.models import resolve_gguf
 
-        tokenizer = resolve_gguf(engine_spec.split(":", 1)[1])  # the GGUF carries its tokenizer and template
+        tokenizer = resolve_gguf(single.split(":", 1)[1])  # the GGUF carries its tokenizer and template
     renderer = load_renderer(tokenizer)
     from agent_code.trajectory.samples import REWARD_POLICIES
     from agent_code.trajectory.store import TurnLog
