@@ -76,6 +76,8 @@ def tree(tmp_path: Path):
         "src/deep/up2": "../../to_agent",                 # a link to a link
         "to_home_dir": str(home / ".agent-code"),
         "to_file_txt": "file.txt",
+        "plus+link": ".agent",                            # names _PLAIN leaves to the general path
+        "paren(1)": ".git",
         "dangling_dir/x": None,                           # (made below: a link inside a missing dir)
     }
     for name, target in links.items():
@@ -135,7 +137,9 @@ def _words(root: Path, home: Path) -> list[str]:
            "missing/../.git/config", "./to_agent", "src//up_to_git", "src/", "src/app.py", "-q", "--output=x",
            "to_home_dir/settings.json", "to_file_txt", ".", "..", "../project/.agent", "x" * 300,
            "to_ag*", "to_agent/*", "src/*/up2", ".ag*", "~/.agent-code", "~/x", "~root/x", "$HOME/.gitconfig",
-           "{to_agent,src}/x", "src/{a,b}", "+(x)", "print(1)", "+%Y%m%d", "a b", "s/a/b/g"]
+           "{to_agent,src}/x", "src/{a,b}", "+(x)", "print(1)", "+%Y%m%d", "a b", "s/a/b/g",
+           "plus+link", "plus+link/settings.json", "paren(1)/config", "paren(1)", "+x/.git/../y", "x/.agent/../+y",
+           "a@b", "!x", "@(x)", "!(x)", "x/+(y)", "(x", "x)", ".+x", "+/.x", "a+b/.agent", "/tmp/+x", "+%s"]
     absolute = [f"{root}/{w}" for w in rel[:20]] + [f"{home}/.gitconfig", "/tmp/x", "/"]
     return rel + absolute
 
@@ -156,6 +160,7 @@ def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_u
 
     fast = judge_all()
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
     assert judge_all() == fast
     assert any(v is not None and v[0] == "deny" for v in fast[0])  # the traps are there
 
@@ -280,6 +285,9 @@ _TRICKY_LINES = [
     "cd ~alice && rm -rf *", "cd - && rm -rf *", "cd $X && rm -rf ../..", "cd $X && find . -exec rm {} +",
     "cd $X && rsync -a --delete src/ .", "cd $X && mv etc /tmp", "cd $X && cp -r x/. /", "cd $X && systemctl reboot",
     "cd $X && mkfs.ext4 sda", "cd $X && install x /usr/bin/y", "cd $X && ln -sf x passwd", "cd \"$X\" && tee ../dev/sda",
+    # words with "+", "@", "!", "(" (no extglob) that are judged as plain ones
+    "rm plus+link/settings.json", "touch 'paren(1)/config'", "rm +x/.git/../y", "chmod +x paren\\(1\\)/hooks/x",
+    "cd $X && touch plus+link/x", "date +%s > out", "touch 'a@b' '!x'", "rm '+(x)' '@(.git)' '!(x)'",
 ]
 
 
@@ -318,6 +326,7 @@ def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypat
     fast = judge_all()
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
     monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
+    monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
     monkeypatch.setattr(dl, "_SAME_UNDER_ANY_BASE", frozenset())
     monkeypatch.setattr(dl, "_SAME_UNDER_AN_UNKNOWN_BASE", frozenset())
     assert judge_all() == fast

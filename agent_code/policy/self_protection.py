@@ -595,7 +595,7 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         every = shell.every_cwd
         if every is None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
-        if _PLAIN.fullmatch(word):  # nothing for the shell to expand (most words): the short way
+        if _is_plain(word):  # nothing for the shell to expand (most words): the short way
             for cwd in every:
                 found = _judge_plain(word, shell, cwd)
                 if found is not None and found[0] == "deny":
@@ -614,7 +614,7 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
                     verdict = verdict or found
             finally:
                 shell.cwd = saved
-    elif _PLAIN.fullmatch(word):
+    elif _is_plain(word):
         verdict = _judge_plain(word, shell, shell.cwd)
     else:
         verdict = _judge_word(word, shell)
@@ -638,6 +638,18 @@ def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
 
 
 _PLAIN = re.compile(r"[^~$`{}*?\[@!+(]*")
+_PLAIN_BUT_PARENTHESES = re.compile(r"[^~$`{}*?\[]*")  # _PLAIN, "@", "!", "+" and "(" allowed
+
+
+def _is_plain(word: str) -> bool:
+    """Whether :func:`_judge_plain` judges ``word`` as :func:`_judge_word` would: it is
+    ``_PLAIN``; or it holds "@", "!", "+" or "(" (``+%s``, ``print(1)``) but no extglob
+    (``+(…)``), and no component starts with a dot, the one case where _judge_one's look
+    at the components as written (``x/.git/..``) differs from _judge_plain's."""
+    if _PLAIN.fullmatch(word):
+        return True
+    return (_PLAIN_BUT_PARENTHESES.fullmatch(word) is not None and _EXTGLOB.search(word) is None
+            and not word.startswith(".") and "/." not in word)
 _TILDE_USER = re.compile(r"^~([A-Za-z0-9_.+-]*)(?=/|$)")
 _HOME_VAR = re.compile(r"^(\$HOME|\$\{HOME\})(?=/|$)")
 _TEMP_VAR = re.compile(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)")
