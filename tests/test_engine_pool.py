@@ -137,14 +137,29 @@ def test_killing_a_replica_mid_run_loses_no_session_and_no_turn():
         status = httpx.get(f"{server.url}/v1/engines", headers=admin).json()
         denied = httpx.get(f"{server.url}/v1/engines", headers={"x-api-key": "s0"})
         turns = {t.sid: list(gateway.store.get(t.sid).turns) for t in talks}
+        pinned = {sid: pool.pins[sid].name for sid in [*moved, "late"]}
         samples = {t.sid: httpx.post(f"{server.url}/v1/sessions/{t.sid}/finish", headers=admin,
                                      json={"reward": 1.0}).json()["samples"] for t in talks}
     assert denied.status_code == 403
     assert len(moved) == 2 and next(r.served for r in replicas if r.name == victim.name) == served
     dead = next(r for r in status["replicas"] if r["name"] == victim.name)
     assert not dead["healthy"] and dead["failures"] == 1 and dead["sessions"] == []
-    assert pool.pins["late"] is not victim and all(pool.pins[sid] is not victim for sid in moved)
+    assert victim.name not in pinned.values()
     for sid, recorded in turns.items():
         assert len(recorded) == 5, sid                     # no turn lost
         [sample] = samples[sid]
         check_token_exact(recorded, sample, renderer)
+
+
+def test_an_ended_session_leaves_no_pin():
+    pool, _ = pool_of(2)
+    gateway = Gateway(pool, qwen25_renderer(), model_name="m")
+    admin = {"x-agent-code-admin": "adm"}
+    with BackgroundServer(create_app(gateway, admin_token="adm")) as server:
+        for sid in ("done", "dropped", "open"):
+            Conversation(server.url, sid).turn()
+        assert set(pool.pins) == {"done", "dropped", "open"}
+        assert httpx.post(f"{server.url}/v1/sessions/done/finish", headers=admin, json={"reward": 0}).status_code == 200
+        assert httpx.delete(f"{server.url}/v1/sessions/dropped", headers=admin).status_code == 200
+    assert set(pool.pins) == {"open"}
+    assert sorted(s for r in pool.replicas for s in r.sessions) == ["open"]

@@ -148,6 +148,11 @@ class PoolEngine:
             finally:
                 replica.outstanding -= cost
 
+    def forget(self, session_id: str) -> None:
+        """The session ended (the gateway calls this): its pin goes, so pins do not pile up
+        over thousands of rollouts."""
+        self._unpin(session_id)
+
     async def close(self) -> None:
         for replica in self.replicas:
             await replica.engine.close()

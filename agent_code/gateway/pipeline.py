@@ -109,10 +109,11 @@ class Gateway:
         self.store = store or SessionStore()
         if open_on_first_use is not None:   # False: serve only the sessions the orchestrator opened
             self.store.open_on_first_use = open_on_first_use
-        if turn_log is not None and hasattr(turn_log, "mark_ended"):
+        self._persists_ends = turn_log is not None and hasattr(turn_log, "mark_ended")
+        if turn_log is not None and self._persists_ends:
             # what ended before a restart stays ended: reload the tombstones, persist new ones
             self.store.ended |= turn_log.ended_ids()
-            self.store.on_end = self._persist_end
+        self.store.on_end = self._session_ended
         self.default_max_tokens = default_max_tokens
         if tool_grammar not in ("auto", "off"):
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
@@ -120,8 +121,17 @@ class Gateway:
         self._suffix_batcher: Batcher[str, list[int]] | None = None   # made on first use (encode_suffix_off_loop)
         self.weights = WeightGate(weight_version)   # admission and the weight version (gateway/weights.py)
 
+    def _session_ended(self, session_id: str, how: str) -> None:
+        """A session was finished or deleted: an engine that routes by session forgets it (an
+        engine pool's pin), and the turn log records the end."""
+        forget = getattr(self.engine, "forget", None)
+        if forget is not None:
+            forget(session_id)
+        if self._persists_ends:
+            self._persist_end(session_id, how)
+
     def _persist_end(self, session_id: str, how: str) -> None:
-        assert self.turn_log is not None   # the store's on_end is this only where there is a turn log
+        assert self.turn_log is not None   # called only where there is a turn log
         try:
             self.turn_log.mark_ended(session_id, how)
         except OSError as exc:   # the samples are written; the tombstone stays in memory
