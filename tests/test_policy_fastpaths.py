@@ -359,3 +359,44 @@ def test_command_lines_are_analysed_the_same_without_the_shortcuts(monkeypatch):
     fast = analyse_all()
     monkeypatch.setattr(commands, "_NOT_ORDINARY", _Everything())
     assert analyse_all() == fast
+
+
+def _glob_regex_source_before(pattern: str) -> str:
+    """``denylist._glob_regex``'s regex before runs of literal characters were escaped at
+    once: one character at a time."""
+    import re
+
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        at_start = i == 0 or pattern[i - 1] == "/"
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append(("(?!\\.)" if at_start else "") + "[^/]*")
+        elif c == "?":
+            out.append(("(?!\\.)" if at_start else "") + "[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 2)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end + 1
+                continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def test_glob_regex_is_what_it_was():
+    patterns = {head + last + tail for head in _HEADS for last in _LASTS for tail in _TAILS}
+    patterns |= {"a.b-c+d(e)|f^g$h", "[]x]", "[!]x]*", "x\\", "\\", "[", "[a", "a[b]c", "é*ü?", "\x00*", "a\\\nb"}
+    for pattern in sorted(patterns):
+        assert dl._glob_regex.__wrapped__(pattern).pattern == _glob_regex_source_before(pattern), pattern

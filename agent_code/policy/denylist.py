@@ -170,6 +170,7 @@ def is_protected(word: str, home: str | None = None) -> bool:
     return False
 
 
+@lru_cache(maxsize=8)  # (one home per session, asked for on every word)
 def _home_paths(home: str) -> tuple[str, str]:
     """The home directory, normalized, and the directory it is in."""
     normalized = normalize_path(home)
@@ -262,6 +263,12 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
+        if c not in "\\*?[":  # a run of literal characters, escaped at once (re.escape works per character)
+            literal = _GLOB_LITERALS.match(pattern, i)
+            assert literal is not None
+            out.append(re.escape(literal.group()))
+            i = literal.end()
+            continue
         at_start = i == 0 or pattern[i - 1] == "/"
         if c == "\\" and i + 1 < len(pattern):
             out.append(re.escape(pattern[i + 1]))
@@ -288,6 +295,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+_GLOB_LITERALS = re.compile(r"[^\\*?\[]+")
 _PROBES = ("bin", "x", "lib64", "a.b", "data")
 
 
