@@ -144,9 +144,21 @@ def _words(root: Path, home: Path) -> list[str]:
     return rel + absolute
 
 
+def _general_paths_only(monkeypatch) -> None:
+    """Every shortcut of self-protection off."""
+    monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
+    monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
+    monkeypatch.setattr(sp.Places, "root_is_plain", property(lambda self: False))
+
+
+@pytest.mark.parametrize("via_link", [False, True])
 @pytest.mark.parametrize("cwd_unknown", [False, True])
-def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_unknown):
+def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_unknown, via_link):
     root, home = tree
+    if via_link:  # the project reached through a symlink: every word's real path differs from its text
+        os.symlink(root, root.parent / "link_to_project")
+        root = root.parent / "link_to_project"
     places = sp.Places.of(root, home)
     words = _words(root, home)
 
@@ -159,8 +171,7 @@ def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_u
         return [shared, alone, edits]
 
     fast = judge_all()
-    monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
-    monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
+    _general_paths_only(monkeypatch)
     assert judge_all() == fast
     assert any(v is not None and v[0] == "deny" for v in fast[0])  # the traps are there
 
@@ -324,9 +335,7 @@ def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypat
         return out
 
     fast = judge_all()
-    monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
-    monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
-    monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
+    _general_paths_only(monkeypatch)
     monkeypatch.setattr(dl, "_SAME_UNDER_ANY_BASE", frozenset())
     monkeypatch.setattr(dl, "_SAME_UNDER_AN_UNKNOWN_BASE", frozenset())
     assert judge_all() == fast

@@ -173,6 +173,13 @@ class Places:
         return str(self.root)
 
     @cached_property
+    def root_is_plain(self) -> bool:
+        """Whether ``root_text + "/" + name`` is normalized as it stands (no ``//``, ``/.``
+        or trailing ``/`` in the root) for a name without ``/`` that does not start with a dot."""
+        text = self.root_text
+        return text.startswith("/") and not ("//" in text or "/." in text or text.endswith("/"))
+
+    @cached_property
     def root_slash(self) -> str:
         """:attr:`root_text` with one trailing ``/``."""
         return self.root_text.rstrip("/") + "/"
@@ -418,6 +425,9 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
     """What protected location ``path`` (literal: nothing is expanded) is, is inside, or
     would be created in; None when it is none. Relative paths are taken from ``cwd``
     (default: the project root). ``cache`` keeps resolved directories for one check."""
+    if cache is not None and (cwd is None or cwd is places.root) and "/" not in path and path[:1] not in ("", ".") \
+            and places.root_is_plain:
+        return _protected_name(path, places, cache)
     if path.startswith("/"):
         joined = path
     else:
@@ -454,6 +464,55 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
     for form in forms:
         folded = form.casefold()
         if not folded.startswith(starts):  # under no place (each test below implies this one)
+            continue
+        for place, folded_place, what in places.prefixes:
+            if form == place or folded == folded_place or folded.startswith(folded_place + "/"):
+                return what
+    return None
+
+
+def _protected_name(name: str, places: Places, cache: dict[str, str]) -> str | None:
+    """:func:`protected_path` of ``name`` in the project root, for the commonest word: one
+    component (no ``/``), not ``.``/``..`` or a dot name, in a root whose text is already
+    normalized (``places.root_is_plain``). Then ``root/name`` is its own normalized form,
+    and ``_real`` of it is one step from the root's: the same steps, inline (test_policy_fastpaths
+    compares the two)."""
+    root = places.root_text
+    lexical = root + "/" + name
+    physical = cache.get(lexical)
+    if physical is None:
+        try:
+            above = cache.get(root) or _real(root, cache)
+            full = above + "/" + name if above != "/" else "/" + name
+            if _ABSENT + above in cache:  # (what _real does, for one component)
+                is_link = False
+                cache[_ABSENT + full] = full
+            else:
+                try:
+                    if _ACCESS_NOFOLLOW and not os.access(full, os.F_OK, effective_ids=True, follow_symlinks=False):
+                        is_link = False
+                        cache[_ABSENT + full] = full
+                    else:
+                        is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+                except (FileNotFoundError, NotADirectoryError):
+                    is_link = False
+                    cache[_ABSENT + full] = full
+                except (OSError, ValueError):
+                    is_link = False
+            physical = os.path.realpath(full) if is_link else full
+            cache[lexical] = physical
+        except (OSError, ValueError):
+            physical = lexical
+    forms: tuple[str, ...] = (lexical,)
+    if physical != lexical:
+        what = _named_below(physical, root, places.root_slash)
+        if what is not None:
+            return what
+        forms = (lexical, physical)
+    starts = places.folded_starts
+    for form in forms:
+        folded = form.casefold()
+        if not folded.startswith(starts):
             continue
         for place, folded_place, what in places.prefixes:
             if form == place or folded == folded_place or folded.startswith(folded_place + "/"):
