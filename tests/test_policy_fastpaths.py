@@ -409,3 +409,80 @@ def test_glob_regex_is_what_it_was():
     patterns |= {"a.b-c+d(e)|f^g$h", "[]x]", "[!]x]*", "x\\", "\\", "[", "[a", "a[b]c", "é*ü?", "\x00*", "a\\\nb"}
     for pattern in sorted(patterns):
         assert dl._glob_regex.__wrapped__(pattern).pattern == _glob_regex_source_before(pattern), pattern
+
+
+def _normalize_before(argv: tuple[str, ...], paths: bool):
+    """``commands._normalize`` before it spared normalize_path the words it leaves as they are."""
+    from agent_code.policy import commands as c
+
+    program = c.program_name(argv[0])
+    aliases = c.FLAG_ALIASES.get(program, {})
+    takes_value = c.VALUE_OPTIONS.get(program, frozenset())
+    flags: list[tuple[str, str | None]] = []
+    operands: list[str] = []
+    i, options_done = 1, False
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if options_done or word == "-" or not word.startswith("-") or len(word) == 1:
+            operands.append(c.normalize_path(word) if paths else word)
+            continue
+        if word == "--":
+            options_done = True
+            continue
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            name = c.long_option(program, name)
+            if not eq and name in takes_value and i < len(argv):
+                value, eq = argv[i], "="
+                i += 1
+            flags.append((aliases.get(name, name), value if eq else None))
+            continue
+        if word[:2] in takes_value:
+            if len(word) > 2:
+                flags.append((word[:2], word[2:]))
+            elif i < len(argv):
+                flags.append((word, argv[i]))
+                i += 1
+            else:
+                flags.append((word, None))
+            continue
+        if word[1:].isalpha() and program not in c.SINGLE_DASH_LONG:
+            for letter in word[1:]:
+                flag = "-" + letter
+                flags.append((aliases.get(flag, flag), None))
+        else:
+            flags.append((aliases.get(word, word), None))
+    return c.Invocation(program, tuple(flags), tuple(operands))
+
+
+def test_normalize_and_with_home_are_what_they_were():
+    from agent_code.policy import commands as c
+
+    words = ["x", "-", "--", "-r", "-rf", "--rec", "--target-directory=d", "-t", "d", ".", "..", "./x", "x/", "//x",
+             "/proc/1/root/etc", "/proc/self/cwd/x", "/dev/fd/3", "~", "~/x", "~alice", "$HOME", "${HOME}", "${HOME}/x",
+             "a${HOME}", "a${X}b", "$X/..", "a$b", "x//y/./z/..", "${", "-C", "dir", "-Cdir", "-n5", "-O2", "é/../x",
+             UNKNOWN, UNKNOWN_QUOTED + "/x", "\\$HOME", "$(x)", "--", "-x", "-"]
+    programs = ["rm", "/bin/rm", "git", "mv", "cp", "find", "chmod", "ln", "tar", "sed", "x"]
+    argvs = [(p, *words[k:k + 5]) for p in programs for k in range(len(words))]
+    from agent_code.policy.commands import analyze
+
+    for line in _corpus():
+        for command in analyze(line).commands:
+            if command.argv:
+                argvs += [command.argv, command.patterns or command.argv]
+    for argv in argvs:
+        for paths in (True, False):
+            assert c._normalize.__wrapped__(tuple(argv), paths) == _normalize_before(tuple(argv), paths), argv
+    for word in words:
+        for home in (None, "", "/home/alice", "/"):
+            expected = word
+            if home:
+                for lead in ("~", "$HOME", "${HOME}"):
+                    if word == lead or word.startswith(lead + "/"):
+                        expected = home.rstrip("/") + word[len(lead):]
+                        break
+            assert dl._with_home(word, home) == expected, (word, home)
+    assert dl._CHECKS_WRITING.keys() | dl._CHECKS_NOT_WRITING.keys() == {p for p, _ in dl._CHECKS_BY_PROGRAM}
+    for (program, writes), checks in dl._CHECKS_BY_PROGRAM.items():
+        assert (dl._CHECKS_WRITING if writes else dl._CHECKS_NOT_WRITING)[program] == checks

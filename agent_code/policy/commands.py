@@ -833,16 +833,18 @@ def normalize(argv: tuple[str, ...] | list[str], paths: bool = True) -> Invocati
 @lru_cache(maxsize=2048)
 def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
     program = program_name(argv[0])
-    aliases = FLAG_ALIASES.get(program, {})
-    takes_value = VALUE_OPTIONS.get(program, frozenset())
+    aliases = FLAG_ALIASES.get(program, _NO_ALIASES)
+    takes_value = VALUE_OPTIONS.get(program, _NO_VALUE_OPTIONS)
     flags: list[tuple[str, str | None]] = []
     operands: list[str] = []
-    i, options_done = 1, False
-    while i < len(argv):
+    i, options_done, end = 1, False, len(argv)
+    while i < end:
         word = argv[i]
         i += 1
-        if options_done or word == "-" or not word.startswith("-") or len(word) == 1:
-            operands.append(normalize_path(word) if paths else word)
+        if options_done or word == "-" or not word.startswith("-"):  # ("-" is the one 1-letter word with a dash)
+            # (normalize_path returns a word as it is unless one of these holds: spared the call)
+            operands.append(normalize_path(word) if paths and ("/" in word or "${" in word or word in (".", "..")
+                                                               or word.startswith(("~", "$"))) else word)
             continue
         if word == "--":
             options_done = True
@@ -874,6 +876,10 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
     invocation = _new(Invocation)
     _set_fields(invocation, "__dict__", {"program": program, "flags": tuple(flags), "operands": tuple(operands)})
     return invocation
+
+
+_NO_ALIASES: dict[str, str] = {}
+_NO_VALUE_OPTIONS: frozenset[str] = frozenset()
 
 
 def clear_caches() -> None:

@@ -135,12 +135,15 @@ class Hit:
 
 def _with_home(path: str, home: str | None) -> str:
     """``~/x``, ``$HOME/x``, ``${HOME}/x`` with the home directory put in."""
-    if not home:
+    if not home or path[:1] not in ("~", "$"):  # (each lead starts with one of them)
         return path
-    for lead in ("~", "$HOME", "${HOME}"):
-        if path == lead or path.startswith(lead + "/"):
+    for lead, below in _HOME_LEADS:
+        if path == lead or path.startswith(below):
             return home.rstrip("/") + path[len(lead):]
     return path
+
+
+_HOME_LEADS = (("~", "~/"), ("$HOME", "$HOME/"), ("${HOME}", "${HOME}/"))
 
 
 @lru_cache(maxsize=1024)  # a pure function of the words
@@ -847,7 +850,7 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
             writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
                                               for op, target in redirects)) \
                 or (len(argv) > 1 and _OUTPUT_WORD.search("\n".join(argv[1:])) is not None)
-            checks = _CHECKS_BY_PROGRAM.get((program, writes))
+            checks = (_CHECKS_WRITING if writes else _CHECKS_NOT_WRITING).get(program)  # _CHECKS_BY_PROGRAM's
             if checks is None:
                 if not writes and _CHECKS_BY_PROGRAM is not _NO_TABLE and not program.startswith(_FORMATTER_STARTS):
                     continue  # what _checks_for gives any other program that writes nothing: no check
@@ -959,6 +962,9 @@ def _checks_table() -> dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ..
 
 _CHECKS_BY_PROGRAM = _checks_table()
 _WRITE_CHECKS = _compute_checks("", True)
+# _CHECKS_BY_PROGRAM split by ``writes`` (a lookup without a key tuple)
+_CHECKS_WRITING = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if writes}
+_CHECKS_NOT_WRITING = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if not writes}
 # the programs of the table whose checks are the same whether or not they write
 _SAME_EITHER_WAY = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items()
                     if writes and _CHECKS_BY_PROGRAM[(program, False)] == checks}

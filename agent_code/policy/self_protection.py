@@ -656,7 +656,12 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
         if _is_plain(word):  # nothing for the shell to expand (most words): the short way
             for cwd in every:
-                found = _judge_plain(word, shell, cwd)
+                if cwd is shell.places.root and "/" not in word and word[:1] not in ("", ".") \
+                        and shell.places.root_is_plain:  # (what _judge_plain and protected_path come to)
+                    what = _protected_name(word, shell.places, shell.real)
+                    found = ("deny", what) if what else None
+                else:
+                    found = _judge_plain(word, shell, cwd)
                 if found is not None and found[0] == "deny":
                     verdict = found
                     break
