@@ -18,4 +18,6 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is tested too
 # lint first: ruff's findings fail the run like a failing test ([tool.ruff] in pyproject.toml)
 .venv/bin/ruff check --quiet agent_code tests bench examples
+# types: mypy's findings fail it too ([tool.mypy] in pyproject.toml says how strict)
+.venv/bin/mypy --no-error-summary
 exec .venv/bin/python -m pytest "$@"

@@ -39,6 +39,7 @@ import sys
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Sequence
 
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
@@ -496,10 +497,11 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     if program and program not in _NOT_ORDINARY and "/" not in program and "$" not in program \
             and UNKNOWN not in patterns[0] and UNKNOWN_QUOTED not in patterns[0]:
         # (most commands) an ordinary program under its own name: what _expand_argv comes to
-        leaf = _new(Command)
-        _set_fields(leaf, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": None, "privileged": False,
-                                       "sub_programs": sub_programs, "patterns": patterns, "program": program})
-        out.commands.append(leaf)
+        ordinary = _new(Command)
+        _set_fields(ordinary, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": None, "privileged": False,
+                                           "sub_programs": sub_programs, "patterns": patterns, "program": program})
+        out.commands.append(ordinary)
+        leaf: Command | None = ordinary
     else:
         leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not words and redirects:
@@ -620,6 +622,10 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
     # takes decides how much of it the (opaque) analysis lists.
     first = argv[0] if argv else ""
     program = first if "/" not in first else program_name(first)  # program_name(first), without a call
+    chain: Sequence[tuple[tuple[str, ...], str, bool]]
+    leaf: tuple[str, ...] | None
+    scripts: Sequence[str]
+    extra: Sequence[tuple[str, ...]]
     if argv and program not in _UNWRAPPED:  # the common case, an ordinary program: nothing to unwrap
         chain, leaf, scripts, extra, shape = (), argv, (), (), patterns
     else:

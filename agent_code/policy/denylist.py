@@ -348,9 +348,10 @@ def _alternative_protected(p: str, home: str | None) -> bool:
         # may it be the name of a protected directory (in an unknown one)?
         if not _is_glob(last):  # a literal name: its _glob_regex matches that name only
             name = _unescape(last)
-            return name in _SYSTEM_NAMES or (bool(home) and name == _home_name(home))
+            return name in _SYSTEM_NAMES or (home is not None and home != "" and name == _home_name(home))
         regex = _glob_regex(last)
-        return any(map(regex.fullmatch, _SYSTEM_NAMES)) or (bool(home) and regex.fullmatch(_home_name(home)) is not None)
+        return any(map(regex.fullmatch, _SYSTEM_NAMES)) or (home is not None and home != ""
+                                                            and regex.fullmatch(_home_name(home)) is not None)
     if not _is_glob(p):
         return is_protected(_unescape(p), home)
     path = _SLASHES.sub("/", p)

@@ -396,10 +396,10 @@ class RuleSet:
                 return Verdict("deny", hit.rule, "built-in", f"{hit.reason}: {hit.command}")
         path = relative_path(subject.value, root) if subject.kind == "path" else None
         for behavior in ("deny", "ask"):
-            for rule in self.of(behavior):  # type: ignore[arg-type]
+            for rule in self.of(behavior):
                 detail = _matches_any(rule, tool, subject, analysis, path)
                 if detail is not None:
-                    return Verdict(behavior, rule.text, rule.source, detail)  # type: ignore[arg-type]
+                    return Verdict(behavior, rule.text, rule.source, detail)
             if behavior == "deny" and analysis is not None:
                 unjudged = builtin_ask(analysis)
                 if unjudged is not None:

@@ -589,12 +589,12 @@ def expand_braces(word: str, limit: int = 64) -> list[str] | None:
                     return None if rest is None else [word[:i + 1] + r for r in rest]
                 out: list[str] = []
                 for option in options:
-                    for tail in expand_braces(option + word[i + 1:], limit) or [None]:
-                        if tail is None:
-                            return None
-                        out.append(word[:start] + tail)
-                        if len(out) > limit:
-                            return None
+                    tails = expand_braces(option + word[i + 1:], limit)
+                    if not tails:
+                        return None
+                    out += [word[:start] + tail for tail in tails]
+                    if len(out) > limit:
+                        return None
                 return out
     return [word]
 
@@ -637,7 +637,7 @@ class _Shell:
     cwds: tuple[Path, ...] = ()     # every directory the line may be in (``cd``); () = (cwd,)
     cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
-    judged: dict[tuple[str, str, bool], Any] = field(default_factory=dict)
+    judged: dict[tuple[str, Path | None, bool], tuple[Severity, str] | None] = field(default_factory=dict)
     temp: str | None = None         # where $TMPDIR points, when the line does not set it
     every_cwd: tuple[Path | None, ...] | None = None  # cwds, then None when one is unknown (made once)
 
@@ -656,6 +656,7 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
         if _is_plain(word):  # nothing for the shell to expand (most words): the short way
             for cwd in every:
+                found: tuple[Severity, str] | None
                 if cwd is shell.places.root and "/" not in word and word[:1] not in ("", ".") \
                         and shell.places.root_is_plain:  # (what _judge_plain and protected_path come to)
                     what = _protected_name(word, shell.places, shell.real)

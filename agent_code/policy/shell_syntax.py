@@ -739,12 +739,12 @@ class _Reader:
                 self._parts(child, texts, pattern, quoted)
                 pos = child.end_byte
         elif kind == "variable_assignment":
-            value = node.child_by_field_name("value")
-            head = self.span(node.start_byte, value.start_byte if value is not None else node.end_byte)
+            value_node = node.child_by_field_name("value")
+            head = self.span(node.start_byte, value_node.start_byte if value_node is not None else node.end_byte)
             texts.append(head)
             pattern.append(escape(head))
-            if value is not None:
-                self._parts(value, texts, pattern, quoted)
+            if value_node is not None:
+                self._parts(value_node, texts, pattern, quoted)
         elif node.child_count and kind not in ("number", "brace_expression", "regex", "extglob_pattern"):
             pos = node.start_byte
             for child in node.children:
