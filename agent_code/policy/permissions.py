@@ -126,7 +126,7 @@ def decide(mode: PermissionMode | str, tool_name: str, kind: ToolKind,
     return Decision(False, denial_message(mode, tool_name, kind, behavior))
 
 
-def command_argument(tool: Tool, arguments: Any) -> str | None:
+def command_argument(tool: Tool, arguments: object) -> str | None:
     """The shell command an ``execute`` tool was asked to run (its ``command`` argument; an
     MCP tool's arguments are its server's, never a command line the policy reads)."""
     if tool.kind != "execute" or not isinstance(arguments, dict) or getattr(tool, "origin", None) is not None:
@@ -186,7 +186,7 @@ class PermissionPolicy:
             return value
         return cls(PermissionMode(value or PermissionMode.DEFAULT))
 
-    def explain(self, tool: Tool, arguments: Any) -> "Explanation":
+    def explain(self, tool: Tool, arguments: object) -> "Explanation":
         """The decision for one call and why, without asking anyone or running hooks: steps
         1–3 of the module doc (the deny list and deny rules, self-protection, ask/allow
         rules, the mode table). :meth:`check` acts on it; ``agent-code permissions check``
@@ -242,7 +242,7 @@ class PermissionPolicy:
         return Explanation(explained.behavior, explained.reason, explained.rule, explained.source,
                            explained.stage, explained.detail, message)
 
-    def check(self, tool: Tool, arguments: Any) -> Decision:
+    def check(self, tool: Tool, arguments: object) -> Decision:
         """Allow or refuse one call (the steps are in the module doc): :meth:`explain`,
         then the PreToolUse hooks, then the ``ask`` callback."""
         explained = self.explain(tool, arguments)
@@ -281,7 +281,7 @@ class Explanation:
                 "stage": self.stage, "detail": self.detail}
 
 
-def mode_reason(mode: PermissionMode | str, tool: Tool, kind: ToolKind, arguments: Any) -> str:
+def mode_reason(mode: PermissionMode | str, tool: Tool, kind: ToolKind, arguments: object) -> str:
     """Why the mode table decided what it did, for a person."""
     mode = PermissionMode(mode)
     behavior = mode_behavior(mode, kind)
@@ -307,7 +307,7 @@ from agent_code.policy.readonly import (  # noqa: E402,F401
 )
 
 
-def _command_of(tool: Tool, arguments: Any) -> str | None:
+def _command_of(tool: Tool, arguments: object) -> str | None:
     """The shell command an ``execute`` tool was asked to run (its ``command`` argument; an
     MCP tool's arguments are its server's, never a command line the policy reads)."""
     if tool.kind != "execute" or not isinstance(arguments, dict) or getattr(tool, "origin", None) is not None:
@@ -316,7 +316,7 @@ def _command_of(tool: Tool, arguments: Any) -> str | None:
     return command if isinstance(command, str) else None
 
 
-def effective_kind(mode: PermissionMode | str, tool: Tool, arguments: Any) -> ToolKind:
+def effective_kind(mode: PermissionMode | str, tool: Tool, arguments: object) -> ToolKind:
     """The kind the mode table is asked about: in plan mode an ``execute`` call whose
     ``command`` is read-only counts as a ``read``; otherwise the tool's own kind."""
     command = _command_of(tool, arguments)
@@ -325,7 +325,7 @@ def effective_kind(mode: PermissionMode | str, tool: Tool, arguments: Any) -> To
     return tool.kind
 
 
-def runs_as_read_only(mode: PermissionMode | str, tool: Tool, arguments: Any) -> bool:
+def runs_as_read_only(mode: PermissionMode | str, tool: Tool, arguments: object) -> bool:
     """True when an ``execute`` call may run only because its command is read-only (plan
     mode): the tool must then run it with the executable config of git and the other readers
     neutralised (``ToolContext.read_only_commands``). Never true in the other modes, where a
@@ -333,7 +333,7 @@ def runs_as_read_only(mode: PermissionMode | str, tool: Tool, arguments: Any) ->
     return tool.kind == "execute" and effective_kind(mode, tool, arguments) == "read"
 
 
-def explain_plan_refusal(mode: PermissionMode | str, tool: Tool, arguments: Any, decision: Decision) -> Decision:
+def explain_plan_refusal(mode: PermissionMode | str, tool: Tool, arguments: object, decision: Decision) -> Decision:
     """A plan-mode refusal of a command says why the command is not read-only."""
     command = _command_of(tool, arguments)
     if decision.allowed or PermissionMode(mode) is not PermissionMode.PLAN or command is None:

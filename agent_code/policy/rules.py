@@ -62,7 +62,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Iterable, Literal
 
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
@@ -264,7 +264,7 @@ class Subject:
     value: str = ""
 
 
-def subject_of(tool: Tool, arguments: Any) -> Subject:
+def subject_of(tool: Tool, arguments: object) -> Subject:
     if not isinstance(arguments, dict):
         return Subject("none")
     command = arguments.get("command")
@@ -379,7 +379,7 @@ class RuleSet:
     def of(self, behavior: Behavior) -> list[Rule]:
         return [r for r in self.rules if r.behavior == behavior]
 
-    def evaluate(self, tool: Tool, arguments: Any, root: Path | None = None,
+    def evaluate(self, tool: Tool, arguments: object, root: Path | None = None,
                  analysis: Analysis | None = None) -> Verdict | None:
         """The first of: a built-in deny, a deny rule, an ask rule, allow rules; None when no
         rule decides (the permission mode does). ``analysis`` is the command's
@@ -497,7 +497,7 @@ def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = 
     return Verdict("allow", used[0].text, used[0].source)
 
 
-def suggest_rules(tool: Tool, arguments: Any) -> list[str]:
+def suggest_rules(tool: Tool, arguments: object) -> list[str]:
     """Allow rules for "always allow this" in the REPL: for a command, one
     ``bash(PROGRAM SUBCOMMAND:*)`` per command it runs (the first operand is kept when it
     looks like a sub-command: ``git diff``, ``npm test``); ``Edit`` for an edit tool; the

@@ -540,7 +540,7 @@ PATH_KEYS = ("path", "file_path", "notebook_path", "paths", "source", "destinati
              "old_path", "new_path")
 
 
-def _path_arguments(arguments: Any) -> list[str]:
+def _path_arguments(arguments: object) -> list[str]:
     if not isinstance(arguments, dict):
         return []
     out: list[str] = []
@@ -553,7 +553,7 @@ def _path_arguments(arguments: Any) -> list[str]:
     return out
 
 
-def check_edit(arguments: Any, places: Places) -> Finding | None:
+def check_edit(arguments: object, places: Places) -> Finding | None:
     """A call of an ``edit`` tool: does any of its path arguments name a protected place?"""
     for path in _path_arguments(arguments):
         if "\x00" in path:
@@ -1249,7 +1249,7 @@ def _follow_cd(argv: tuple[str, ...], base: Path, home: Path) -> Path | None:
     return Path(posixpath.normpath(target))
 
 
-def check_call(kind: str, arguments: Any, command: str | None, analysis: Analysis | None,
+def check_call(kind: str, arguments: object, command: str | None, analysis: Analysis | None,
                places: Places) -> Finding | None:
     """Self-protection for one call of a tool of ``kind``: an edit tool by its path
     arguments, a command by its analysis; None for anything else."""

@@ -18,7 +18,6 @@ be a skipped deny rule. Unknown keys are warnings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from agent_code.policy.rules import Rule, RuleError, parse_rule
 
@@ -41,7 +40,7 @@ class PermissionSettings:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_permissions(permissions: Any, label: str) -> PermissionSettings:
+def read_permissions(permissions: object, label: str) -> PermissionSettings:
     """Check and parse the ``permissions`` object of the file reported as ``label``;
     raises :class:`SettingsError`. Pure."""
     out = PermissionSettings()
