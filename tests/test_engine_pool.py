@@ -5,6 +5,7 @@ real gateway on loopback with the Anthropic SDK as the agent."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import anthropic
 import httpx
@@ -163,3 +164,16 @@ def test_an_ended_session_leaves_no_pin():
         assert httpx.delete(f"{server.url}/v1/sessions/dropped", headers=admin).status_code == 200
     assert set(pool.pins) == {"open"}
     assert sorted(s for r in pool.replicas for s in r.sessions) == ["open"]
+
+
+def test_a_keyless_gateway_lists_no_session_keys():
+    """Session ids are API keys: /v1/engines names them only to the admin token's holder."""
+    pool, _ = pool_of(2)
+    gateway = Gateway(pool, qwen25_renderer(), model_name="m")
+    with BackgroundServer(create_app(gateway)) as server:
+        Conversation(server.url, "secret-key").turn()
+        body = httpx.get(f"{server.url}/v1/engines").json()
+        denied = httpx.get(f"{server.url}/v1/engines", headers={"x-api-key": "secret-key"})
+    assert "secret-key" not in json.dumps(body)
+    assert sorted(r["sessions"] for r in body["replicas"]) == [0, 1]
+    assert denied.status_code == 403

@@ -10,6 +10,8 @@ Anthropic's format.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -78,9 +80,11 @@ class AdminRoutes:
             self.guard.require(request, "weights")
             engine = self.gateway.engine
             status = getattr(engine, "status", None)
-            if status is not None:
-                return JSONResponse(status())
-            return JSONResponse({"engine": engine.name, "max_sessions": None, "replicas": [
-                {"name": engine.name, "healthy": True, "sessions": sorted(self.gateway.store.sessions)}]})
+            body: dict[str, Any] = status() if status is not None else {"engine": engine.name, "max_sessions": None, "replicas": [
+                {"name": engine.name, "healthy": True, "sessions": sorted(self.gateway.store.sessions)}]}
+            if self.guard.admin_token is None:  # a keyless developer gateway: session ids are API keys, count them
+                for replica in body["replicas"]:
+                    replica["sessions"] = len(replica["sessions"])
+            return JSONResponse(body)
         except Exception as exc:
             return error_response(as_http_error(exc))
