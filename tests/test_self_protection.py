@@ -438,3 +438,17 @@ def test_brace_expansion():
     assert sp.expand_braces("x{a,{b,c}}y") == ["xay", "xby", "xcy"]
     assert sp.expand_braces("{}") == ["{}"]
     assert sp.expand_braces("{a..c}") is None
+
+
+def test_one_component_links_in_the_root_reached_by_commands(project, home):
+    """The one-word-in-the-root fast path (os.access before lstat): dangling links would create
+    a hook or a settings file; names a program could take for options; after a cd it cannot follow."""
+    os.symlink(".git/hooks/pre-commit", project / "out")                   # dangling: the write creates the hook
+    os.symlink(".agent/settings.local.json", project / "-q")              # an option-looking name
+    os.symlink(project / ".git" / "config", project / "notes.txt")        # absolute, existing
+    p = policy("default", project, home)
+    for command in ("echo x > out", "tee out < /dev/null", "cp src/app.py out", "printf x >> notes.txt",
+                    "tee -- -q < /dev/null", 'cd "$(pwd)" && echo x > out', "cd src && cd .. && echo > out",
+                    "sed -i s/a/b/ notes.txt"):
+        assert p.explain(BASH, {"command": command}).behavior == "deny", command
+    assert p.explain(BASH, {"command": "echo x > plain.txt"}).behavior == "ask"   # (default mode asks)

@@ -150,3 +150,22 @@ def test_the_version_is_in_the_turn_log_and_an_engines_own_version_wins(tmp_path
             first_turn(client(server.url, "s"))
         [record] = read_turn_log(next((log_dir / "sessions").glob("*.turns.jsonl")))
         assert record.weight_version == expected
+
+
+def test_the_weight_routes_refuse_a_session_key_however_it_is_sent(tmp_path):
+    """The next spellings an agent would try: its key as a Bearer token, as the admin header, and
+    the token-less Responses route while paused (reject)."""
+    with scripted_gateway(tmp_path, SCRIPT, qwen25_renderer(), admin_token=TOKEN) as (url, gateway):
+        client(url, "sess").messages.create(model="m", max_tokens=64,
+                                            messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+        for headers in ({"authorization": "Bearer sess"}, {"x-agent-code-admin": "sess"},
+                        {"x-api-key": "sess", "x-agent-code-admin": ""}):
+            r = httpx.post(f"{url}/v1/admin/resume", headers=headers, json={"weight_version": "evil"})
+            assert r.status_code in (401, 403), (headers, r.text)
+        assert gateway.weights.version == "0"
+        # the admin token is accepted as a Bearer token too (decide's rule for every admin route)
+        r = httpx.post(f"{url}/v1/admin/pause", headers={"authorization": f"Bearer {TOKEN}"}, json={"mode": "reject"})
+        assert r.status_code == 200 and gateway.weights.paused == "reject"
+        r = httpx.post(f"{url}/v1/responses", headers={"authorization": "Bearer sess"},
+                       json={"model": "m", "input": "hi"})
+        assert r.status_code == 503 and "paused for a weight update" in r.json()["error"]["message"], r.text

@@ -98,16 +98,21 @@ class PoolEngine:
         return "; ".join(f"{r.name}: {r.last_error or 'unhealthy'}" for r in self.replicas if not r.healthy) \
             or "every replica was tried"
 
+    def _take(self, session_id: str | None, tried: set[str], cost: int) -> Replica:
+        """:meth:`pick`, with the request counted on the replica (the caller takes ``cost`` off)."""
+        replica = self.pick(session_id, tried)
+        replica.outstanding += cost
+        replica.requests += 1
+        return replica
+
     # -- the engine protocol ----------------------------------------------------------
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams, *,
                        session_id: str | None = None) -> Generation:
         tried: set[str] = set()
+        cost = _cost(prompt_ids, sampling)
         while True:
-            replica = self.pick(session_id, tried)
-            cost = len(prompt_ids) + max(0, sampling.max_new_tokens or 0)
-            replica.outstanding += cost
-            replica.requests += 1
+            replica = self._take(session_id, tried, cost)
             try:
                 generation = await replica.engine.generate(prompt_ids, sampling, session_id=session_id)
             except EngineError as exc:
@@ -126,11 +131,9 @@ class PoolEngine:
         in :meth:`generate`, one that fails after it ends the stream with the error (what the
         client has seen cannot be taken back)."""
         tried: set[str] = set()
+        cost = _cost(prompt_ids, sampling)
         while True:
-            replica = self.pick(session_id, tried)
-            cost = len(prompt_ids) + max(0, sampling.max_new_tokens or 0)
-            replica.outstanding += cost
-            replica.requests += 1
+            replica = self._take(session_id, tried, cost)
             started = False
             try:
                 async for item in stream_generation(replica.engine, prompt_ids, sampling, session_id=session_id):
@@ -163,3 +166,8 @@ class PoolEngine:
             {"name": r.name, "healthy": r.healthy, "outstanding_tokens": r.outstanding, "requests": r.requests,
              "failures": r.failures, "last_error": r.last_error or None, "sessions": sorted(r.sessions)}
             for r in self.replicas]}
+
+
+def _cost(prompt_ids: Sequence[int], sampling: SamplingParams) -> int:
+    """What a request adds to a replica's outstanding tokens: its prompt and the most it may generate."""
+    return len(prompt_ids) + max(0, sampling.max_new_tokens or 0)

@@ -382,27 +382,31 @@ def _real(path: str, cache: dict[str, str]) -> str:
         real = path
     else:
         parent = parent or "/"
-        above = cache.get(parent) or _real(parent, cache)
-        full = above + "/" + name if above != "/" else "/" + name
-        if _ABSENT + above in cache:  # its lstat would fail: no link
-            is_link = False
-            cache[_ABSENT + full] = full
-        else:
-            try:
-                if _ACCESS_NOFOLLOW and not os.access(full, os.F_OK, effective_ids=True, follow_symlinks=False):
-                    # (see _ACCESS_NOFOLLOW) its lstat would fail: no link, nor anything below it
-                    is_link = False
-                    cache[_ABSENT + full] = full
-                else:
-                    is_link = stat.S_ISLNK(os.lstat(full).st_mode)
-            except (FileNotFoundError, NotADirectoryError):
-                is_link = False
-                cache[_ABSENT + full] = full
-            except (OSError, ValueError):
-                is_link = False
-        real = os.path.realpath(full) if is_link else full
+        real = _resolve_child(cache.get(parent) or _real(parent, cache), name, cache)
     cache[path] = real
     return real
+
+
+def _resolve_child(above: str, name: str, cache: dict[str, str]) -> str:
+    """The real path of ``name`` in the resolved directory ``above``: one ``lstat`` (none when
+    ``above``'s failed), the link followed when it is one; a path whose lstat fails is noted
+    in ``cache`` (``_ABSENT``)."""
+    full = above + "/" + name if above != "/" else "/" + name
+    if _ABSENT + above in cache:  # its lstat would fail: no link
+        cache[_ABSENT + full] = full
+        return full
+    try:
+        if _ACCESS_NOFOLLOW and not os.access(full, os.F_OK, effective_ids=True, follow_symlinks=False):
+            # (see _ACCESS_NOFOLLOW) its lstat would fail: no link, nor anything below it
+            cache[_ABSENT + full] = full
+            return full
+        is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        cache[_ABSENT + full] = full
+        return full
+    except (OSError, ValueError):
+        return full
+    return os.path.realpath(full) if is_link else full
 
 
 # in _real's cache, a resolved path whose lstat fails (it does not exist, a directory above
@@ -481,25 +485,8 @@ def _protected_name(name: str, places: Places, cache: dict[str, str]) -> str | N
     lexical = root + "/" + name
     physical = cache.get(lexical)
     if physical is None:
-        try:
-            above = cache.get(root) or _real(root, cache)
-            full = above + "/" + name if above != "/" else "/" + name
-            if _ABSENT + above in cache:  # (what _real does, for one component)
-                is_link = False
-                cache[_ABSENT + full] = full
-            else:
-                try:
-                    if _ACCESS_NOFOLLOW and not os.access(full, os.F_OK, effective_ids=True, follow_symlinks=False):
-                        is_link = False
-                        cache[_ABSENT + full] = full
-                    else:
-                        is_link = stat.S_ISLNK(os.lstat(full).st_mode)
-                except (FileNotFoundError, NotADirectoryError):
-                    is_link = False
-                    cache[_ABSENT + full] = full
-                except (OSError, ValueError):
-                    is_link = False
-            physical = os.path.realpath(full) if is_link else full
+        try:  # (what _real does, for one component)
+            physical = _resolve_child(cache.get(root) or _real(root, cache), name, cache)
             cache[lexical] = physical
         except (OSError, ValueError):
             physical = lexical
