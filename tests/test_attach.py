@@ -37,7 +37,7 @@ def test_named_files_are_attached_and_count_as_read(tmp_path):
     ctx = ToolContext(root)
     text = attach_mentioned("`f` in thermo.py is wrong; see also src/app.ts.", ctx)
     assert text.startswith("`f` in thermo.py is wrong; see also src/app.ts.\n")
-    assert "thermo.py:\n```\ndef f(x):\n    return x * 2\n```" in text
+    assert "thermo.py:\n```python\ndef f(x):\n    return x * 2\n```" in text
     assert "src/app.ts:\n```\nexport const a = 1;\n```" in text
     tools = default_tools("small")
     done = tools.run(ToolCall("c1", "write_file", {"path": "thermo.py", "content": "def f(x):\n    return x\n"}), ctx)

@@ -6,15 +6,17 @@ from __future__ import annotations
 import pytest
 
 from agent_code.demo import calibrate as cal
-from agent_code.demo.rollout import TARGET_SECONDS, calibrated_args, rollout_argv
+from agent_code.demo.rollout import DEMO_ENGINE, EXPECTED_TURNS, TARGET_SECONDS, calibrated_args, rollout_argv
 from agent_code.render import models
 
 
 def test_budget_follows_the_measured_speed():
     fast = cal.Calibration(prefill_tps=120, generate_tps=30, threads=2, seconds=3, busy=0.1)
     slow = cal.Calibration(prefill_tps=12, generate_tps=3, threads=1, seconds=9, busy=1.9)
-    assert fast.turn_seconds() == pytest.approx(300 / 120 + 80 / 30 + 2)
-    assert fast.budget(8) == cal.MIN_BUDGET  # never below the old fixed budget
+    assert fast.turn_seconds() == pytest.approx(cal.TURN_PROMPT_TOKENS / 120 + cal.TURN_OUTPUT_TOKENS / 30
+                                                + cal.TURN_TOOL_SECONDS)
+    assert fast.budget(8) == round(cal.SAFETY * 8 * fast.turn_seconds())
+    assert cal.Calibration(5000, 1000, 2, 1).budget(8) == cal.MIN_BUDGET  # never below the old fixed budget
     assert slow.budget(8) == round(cal.SAFETY * 8 * slow.turn_seconds()) > 5 * fast.budget(8)
     assert not fast.slow and "slow" not in fast.describe(8)
     assert slow.slow and "other processes keep 1.9 of" in slow.describe(8)
@@ -24,14 +26,16 @@ def test_budget_follows_the_measured_speed():
 def test_demo_args_take_the_calibration(monkeypatch):
     monkeypatch.setattr(cal, "calibrate", lambda spec: cal.Calibration(120, 30, 2, 3, 0.0))
     args, found = calibrated_args([], tasks=4)
-    assert found is not None and args[:4] == ["--budget", "180", "--samples-per-task", "2"]
+    assert found is not None and args[:4] == ["--budget", f"{found.budget(8):.0f}", "--samples-per-task", "2"]
     argv = rollout_argv(*args)
+    assert argv[argv.index("--engine") + 1] == DEMO_ENGINE == "llamacpp:qwen2.5-coder-1.5b"
+    assert rollout_argv("--engine", "llamacpp").count("--engine") == 1   # the caller's engine wins
     assert argv.count("--budget") == 1 and "--temperature" in argv and argv[argv.index("--max-steps") + 1] == "8"
     assert argv[argv.index("--max-tokens") + 1] == "1024"
 
     monkeypatch.setattr(cal, "calibrate", lambda spec: cal.Calibration(12, 3, 1, 9, 1.9))
     args, found = calibrated_args(["--engine", "llamacpp:qwen2.5-coder-1.5b"], tasks=4)
-    group = 2 if 2 * 4 * 6 * found.turn_seconds() <= TARGET_SECONDS else 1
+    group = 2 if 2 * 4 * EXPECTED_TURNS * found.turn_seconds() <= TARGET_SECONDS else 1
     assert group == 1 and args[args.index("--samples-per-task") + 1] == "1"
     assert float(args[args.index("--budget") + 1]) == found.budget(8)
 

@@ -42,6 +42,7 @@ from agent_code.tools.base import FileStamp, ToolContext
 if TYPE_CHECKING:
     from agent_code.policy.permissions import PermissionPolicy
 
+_FENCE_LANGUAGES = {"py": "python"}
 MAX_FILES = 3
 MAX_BYTES = 16_000
 MAX_NAME_CHARS = 1024
@@ -194,5 +195,6 @@ def attach_mentioned(prompt: str, ctx: ToolContext, policy: "PermissionPolicy | 
     for name, text in files:
         longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
         fence = "`" * max(3, longest + 1)  # no line of the file can close it early
-        parts += ["", f"{name}:", fence, text.rstrip("\n"), fence]
+        language = _FENCE_LANGUAGES.get(name.rpartition(".")[2].lower(), "")  # a small model answers in kind
+        parts += ["", f"{name}:", fence + language, text.rstrip("\n"), fence]
     return "\n".join(parts)

@@ -46,27 +46,47 @@ def auto_test(agent: "Agent", command: str) -> Callable[[ToolCall, ToolResult], 
     def hook(call: ToolCall, result: ToolResult) -> ToolResult:
         if call.name not in CHANGERS or result.is_error or result.content.startswith("No change"):
             return result
-        bash = agent.tools.get("bash")
-        if bash is None or bash.kind != "execute":
+        shown = run_tests(agent, command, f"{call.id}-tests", skip=hook)
+        if shown is None:
             return result
-        policy = agent.permissions
-        if not policy.check(bash, {"command": command}).allowed:
-            return result
-        test_call = ToolCall(f"{call.id}-tests", "bash", {"command": command})
-        ctx = agent.ctx
-        before = ctx.read_only_commands
-        ctx.read_only_commands = runs_as_read_only(policy.mode, bash, {"command": command})
-        try:
-            ran = agent.tools.run(test_call, ctx)
-        finally:
-            ctx.read_only_commands = before
-        for other in list(agent.after_tool):  # PostToolUse hooks see the command (not this hook)
-            if other is not hook:
-                ran = other(test_call, ran)
-        lines = ran.content.rstrip("\n").splitlines()
-        shown = "\n".join(lines[-TAIL_LINES:])
-        more = f" (last {TAIL_LINES} of {len(lines)} lines)" if len(lines) > TAIL_LINES else ""
-        return ToolResult(result.tool_use_id, f"{result.content}\n\nTests after this change (`{command}`){more}:\n"
-                                              f"{shown}", result.is_error)
+        return ToolResult(result.tool_use_id, f"{result.content}\n\nTests after this change (`{command}`){shown}",
+                          result.is_error)
 
     return hook
+
+
+def run_tests(agent: "Agent", command: str, call_id: str,
+              skip: Callable[[ToolCall, ToolResult], ToolResult] | None = None) -> str | None:
+    """Run ``command`` as :func:`auto_test`'s hook does (the policy decides; the other
+    ``after_tool`` hooks but ``skip`` see it); its output's tail, after a colon and a note of how
+    much was left out, or None when the policy does not let it run."""
+    bash = agent.tools.get("bash")
+    if bash is None or bash.kind != "execute":
+        return None
+    policy = agent.permissions
+    if not policy.check(bash, {"command": command}).allowed:
+        return None
+    test_call = ToolCall(call_id, "bash", {"command": command})
+    ctx = agent.ctx
+    before = ctx.read_only_commands
+    ctx.read_only_commands = runs_as_read_only(policy.mode, bash, {"command": command})
+    try:
+        ran = agent.tools.run(test_call, ctx)
+    finally:
+        ctx.read_only_commands = before
+    for other in list(agent.after_tool):  # PostToolUse hooks see the command (not the test hook)
+        if other is not skip:
+            ran = other(test_call, ran)
+    lines = ran.content.rstrip("\n").splitlines()
+    shown = "\n".join(lines[-TAIL_LINES:])
+    more = f" (last {TAIL_LINES} of {len(lines)} lines)" if len(lines) > TAIL_LINES else ""
+    return f"{more}:\n{shown}"
+
+
+def with_test_report(prompt: str, agent: "Agent", command: str) -> str:
+    """``prompt`` with the tests' output as they stand now (the small-model profile: a small model
+    reads the failure it is to fix instead of guessing at it); as it was when they cannot run."""
+    shown = run_tests(agent, command, "initial-tests")
+    if shown is None:
+        return prompt
+    return f"{prompt}\n\nThe tests as they are now (`{command}`){shown}"

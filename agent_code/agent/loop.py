@@ -154,6 +154,10 @@ class Agent:
         # the first steps of a run in which the model must call a tool (tool_choice "any"): a
         # small model otherwise answers from its imagination before looking (--tool-profile small)
         self.tools_first_steps = 0
+        # the first steps of a run in which no tools are offered: a small model that was handed the
+        # code and the failing tests answers with the fix (a code block, agent/blocks.py) instead of
+        # calling the tests again and again
+        self.text_first_steps = 0
         self.current_call: ToolCall | None = None  # the call whose tool is running
         self._context_base = 0                  # input+output tokens of the last model call ...
         self._context_mark = 0                  # ... which saw the history up to this length
@@ -329,6 +333,17 @@ class Agent:
             result = hook(call, result)
         return result
 
+    def act(self, call: ToolCall) -> ToolResult:
+        """Run a call the model did not make as if it had (a scaffold's: the code block a small
+        model answered with, written by ``write_file``): the permission policy decides, the
+        ``after_tool`` hooks run, and the tool_use and tool_result events go out (no step: it is
+        not one of the model's)."""
+        self.on_event({"type": "tool_use", "step": None, "id": call.id, "name": call.name, "input": call.arguments})
+        result = self._run_tool(call, self._run_denials)
+        self.on_event({"type": "tool_result", "step": None, "tool_use_id": result.tool_use_id, "name": call.name,
+                       "content": result.content, "is_error": result.is_error})
+        return result
+
     def offered_tools(self) -> list[Tool]:
         """The tools the model is offered: all of them, except in plan mode an MCP server's
         tools that are not read-only (plan mode could never run them)."""
@@ -339,7 +354,7 @@ class Agent:
     def _loop(self, usage: Usage, denials: list[dict[str, Any]]) -> AgentResult:
         seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
-            schemas = [t.to_anthropic() for t in self.offered_tools()]  # the mode may change mid-run
+            schemas = [t.to_anthropic() for t in self.offered_tools()] if step > self.text_first_steps else []
             self._maybe_compact()
             try:
                 required = {"tool_choice": {"type": "any"}} if step <= self.tools_first_steps and schemas else {}

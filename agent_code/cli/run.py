@@ -191,23 +191,37 @@ def run(
                   max_steps=max_steps, on_event=renderer, permissions=permission_mode,
                   context_window=context_window, session=session)
     agent.system_for_mode = lambda mode: system_prompt(root, mode, memory, profile)
+    test_command: str | None = None
     if profile == "full":  # task (sub-agents), todo_write, exit_plan_mode
         install_agent_tools(agent)
     else:  # a small model starts from the files the task names, and acts before it answers
         agent.tools_first_steps = SMALL_TOOLS_FIRST_STEPS
         from agent_code.agent.autotest import auto_test, detect_test_command
+        from agent_code.agent.blocks import block_edits
 
         test_command = detect_test_command(root)
         if test_command is not None:  # every file change is followed by a test run
             agent.after_tool.append(auto_test(agent, test_command))
+        agent.on_stop.append(block_edits(agent))  # a file it answers with in a code block is written
     try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
         settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
     except SettingsError as exc:
         fail(str(exc))
     if profile == "small" and prompt is not None:  # the files the task names, as the session's policy allows
         from agent_code.agent.attach import attach_mentioned
+        from agent_code.agent.autotest import with_test_report
 
-        prompt = attach_mentioned(prompt, agent.ctx, policy=agent.permissions)
+        attached = attach_mentioned(prompt, agent.ctx, policy=agent.permissions)
+        if attached != prompt:  # it has the code: it may answer with the fix at once (a code block)
+            agent.tools_first_steps = 0
+            if test_command is not None:  # and the failure to fix: its first answer is the fix, no tool call
+                reported = with_test_report(attached, agent, test_command)
+                if reported != attached:
+                    from agent_code.agent.blocks import fix_request
+
+                    agent.text_first_steps = 1
+                    attached = f"{reported}\n\n{fix_request(agent)}"
+        prompt = attached
     from agent_code.cli.mcp import mcp_question, session_servers
     from agent_code.mcp import McpConfigError
 

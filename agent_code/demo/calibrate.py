@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 # what a demo turn is on average (measured on the bundled tasks: the engine reuses the cached
 # prompt, so a turn prefills only what is new)
-TURN_PROMPT_TOKENS = 300    # a tool result and the call before it (file reads, test output)
-TURN_OUTPUT_TOKENS = 80     # a tool call with its arguments, or a short answer
+TURN_PROMPT_TOKENS = 500    # the task with its file and failing tests, or the fix's test run
+TURN_OUTPUT_TOKENS = 150    # a bundled file written whole (~250 tokens), or a short answer
 TURN_TOOL_SECONDS = 2.0     # the tools themselves (a test run)
 SAFETY = 3.0
 MIN_BUDGET = 180.0
@@ -69,7 +69,10 @@ def calibrate(engine_spec: str = "llamacpp") -> Calibration:
 
     busy = busy_cpus(0.5)
     started = time.perf_counter()
-    renderer = load_renderer(None)
+    from agent_code.render.models import resolve_gguf
+
+    model = engine_spec.partition(":")[2].strip()
+    renderer = load_renderer(resolve_gguf(model) if model else None)  # the model's own tokenizer
     engine = create_engine(engine_spec, renderer, n_ctx=4096)
     messages = [{"role": "system", "content": system_prompt(Path("calibration"), "bypassPermissions", "", "small")},
                 {"role": "user", "content": "Count from one to forty in words, separated by commas."}]

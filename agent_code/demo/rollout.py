@@ -1,9 +1,10 @@
 """The main job: ``agent-code rollout`` on the bundled tasks, offline.
 
 ``python -m agent_code.demo.rollout`` (what ``scripts/demo.sh`` runs) rolls agent-code out on
-the bundled bug-fix tasks in the local sandbox against an in-process gateway on the embedded
-model (llama.cpp, Qwen2.5-Coder-0.5B): no key, no network. It ends with the summary table and
-the report's path; outputs go to ``rollouts/demo`` (replaced on each run).
+the bundled bug-fix tasks in the local sandbox against an in-process gateway on an embedded
+model (llama.cpp, :data:`DEMO_ENGINE`: Qwen2.5-Coder-1.5B, which ``scripts/demo.sh`` installs;
+the 0.5B model of ``--local`` solves none of them, measured): no key, no network. It ends with
+the summary table and the report's path; outputs go to ``rollouts/demo`` (replaced on each run).
 
 ``--scripted`` uses a scripted engine whose replies are the reference fixes (read, edit, run
 the tests, answer): instant and deterministic, every task solved. Other arguments go to
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from agent_code.demo.calibrate import Calibration
 
 ROLLOUT_SCRIPT = Path(__file__).resolve().parent / "rollout_script.jsonl"
+DEMO_ENGINE = "llamacpp:qwen2.5-coder-1.5b"
 # the model on two CPU cores: a few turns each, so the whole set ends in minutes
 # sampling: Qwen2.5-Coder's recommended settings (its generation_config.json), for every turn;
 # a turn samples at most 1,024 tokens (a small model that rambles on to the agent's 8,192 would
@@ -35,12 +37,14 @@ ROLLOUT_SCRIPT = Path(__file__).resolve().parent / "rollout_script.jsonl"
 LOCAL_DEFAULTS = ["--max-steps", "8", "--budget", "180", "--temperature", "0.7", "--top-p", "0.8", "--top-k", "20",
                   "--max-tokens", "1024"]
 TARGET_SECONDS = 480.0          # what the demo's rollouts may take together, when choosing groups
-EXPECTED_TURNS = 6              # turns a rollout takes on average (look, test, edit, re-test, answer)
+EXPECTED_TURNS = 3              # turns a rollout takes on average (the fix, its test run read, the answer)
 
 
 def rollout_argv(*extra: str, scripted: bool = False) -> list[str]:
-    engine = f"scripted:{ROLLOUT_SCRIPT}" if scripted else "llamacpp"
-    argv = ["rollout", "bundled", "--agent", "agent-code", "--engine", engine, "--sandbox", "local"]
+    engine = f"scripted:{ROLLOUT_SCRIPT}" if scripted else DEMO_ENGINE
+    argv = ["rollout", "bundled", "--agent", "agent-code", "--sandbox", "local"]
+    if "--engine" not in extra and not any(a.startswith("--engine=") for a in extra):
+        argv += ["--engine", engine]
     if "--out" not in extra and "-o" not in extra:
         argv += ["--out", "rollouts/demo", "--overwrite"]
     if not scripted:
@@ -64,7 +68,7 @@ def calibrated_args(args: list[str], tasks: int) -> tuple[list[str], Calibration
     the calibration (None when it could not run: the rollout then says what is wrong)."""
     from agent_code.demo.calibrate import calibrate
 
-    engine = _option(args, "--engine") or "llamacpp"
+    engine = _option(args, "--engine") or DEMO_ENGINE
     if not engine.startswith("llamacpp") or ("--budget" in args and "--samples-per-task" in args):
         return args, None
     steps = int(_option(args, "--max-steps") or LOCAL_DEFAULTS[1])
