@@ -8,12 +8,12 @@ groups whose rewards differ (a learning signal), the turns, the engine's prefix-
 and the wall time. The first combination is the baseline the others are compared with
 (``vs first``: the ratio of pass@1).
 
-    .venv/bin/python bench/solve_rate.py                      # agent-code on the embedded model, k=2
-    .venv/bin/python bench/solve_rate.py --agents agent-code,claude-code --engines llamacpp,llamacpp:PATH.gguf
+    .venv/bin/python bench/solve_rate.py                      # agent-code on the demo's 1.5B model, k=2
+    .venv/bin/python bench/solve_rate.py --agents agent-code,claude-code --engines llamacpp:qwen2.5-coder-1.5b,llamacpp
     .venv/bin/python bench/solve_rate.py -k 4 --tasks bundled --max-steps 8 --budget 300
 
-Options the demo uses are the defaults here (``--max-steps 8``, Qwen2.5-Coder's sampling:
-temperature 0.7, top-p 0.8, top-k 20). Claude Code needs its npm package (``scripts/test.sh``
+Options the demo uses are the defaults here (its model, ``--max-steps 8``, ``--max-tokens 1024``,
+Qwen2.5-Coder's sampling: temperature 0.7, top-p 0.8, top-k 20). Claude Code needs its npm package (``scripts/test.sh``
 installs it as a test peer) and sends a 16-19k-token prompt: on two CPU cores its first
 prefill takes minutes, so give it a larger ``--budget``.
 """
@@ -40,7 +40,7 @@ def run_one(agent: str, engine: str, args: argparse.Namespace, out: Path) -> dic
     argv = [sys.executable, "-m", "agent_code", "rollout", args.tasks, "--agent", agent, "--engine", engine,
             "--sandbox", "local", "-k", str(args.k), "--max-steps", str(args.max_steps), "--budget", str(args.budget),
             "--temperature", str(args.temperature), "--top-p", str(args.top_p), "--top-k", str(args.top_k),
-            "--out", str(out), "--overwrite"]
+            "--max-tokens", str(args.max_tokens), "--out", str(out), "--overwrite"]
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -61,7 +61,9 @@ def run_one(agent: str, engine: str, args: argparse.Namespace, out: Path) -> dic
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--agents", default="agent-code", help="comma-separated: agent-code, claude-code, codex, qwen-code")
-    ap.add_argument("--engines", default="llamacpp", help="comma-separated engine specs (llamacpp, llamacpp:PATH.gguf)")
+    ap.add_argument("--engines", default="llamacpp:qwen2.5-coder-1.5b",
+                    help="comma-separated engine specs (llamacpp: the 0.5B model, llamacpp:qwen2.5-coder-1.5b, "
+                         "llamacpp:PATH.gguf)")
     ap.add_argument("--tasks", default="bundled")
     ap.add_argument("-k", type=int, default=2, help="samples per task (a group)")
     ap.add_argument("--max-steps", type=int, default=8)
@@ -69,6 +71,7 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-p", type=float, default=0.8)
     ap.add_argument("--top-k", type=int, default=20)
+    ap.add_argument("--max-tokens", type=int, default=1024, help="tokens a model turn may sample")
     ap.add_argument("--out", type=Path, default=None, help="keep each run's outputs here (default: a temp dir)")
     args = ap.parse_args()
 
@@ -76,10 +79,12 @@ def main() -> int:
     results = []
     for engine in args.engines.split(","):
         for agent in args.agents.split(","):
-            out = base / f"{agent}-{Path(engine.split(':', 1)[-1]).stem if ':' in engine else engine}"
+            model = Path(engine.split(":", 1)[-1]).name.removesuffix(".gguf") if ":" in engine else engine
+            out = base / f"{agent}-{model}"
             print(f"running {agent} on {engine}, k={args.k} → {out}", file=sys.stderr, flush=True)
             results.append(run_one(agent, engine, args, out))
-    print(f"tasks {args.tasks} · k={args.k} · max steps {args.max_steps} · budget {args.budget:g} s · "
+    print(f"tasks {args.tasks} · k={args.k} · max steps {args.max_steps} · max tokens {args.max_tokens} · "
+          f"budget {args.budget:g} s · "
           f"temperature {args.temperature} top-p {args.top_p} top-k {args.top_k} · {os.cpu_count()} cpus, "
           f"load {os.getloadavg()[0]:.1f}")
     header = (f"{'agent':12} {'engine':28} {'rollouts':>8} {'pass@1':>7} {'pass@' + str(args.k):>7} {'solved':>7} "

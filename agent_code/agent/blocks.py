@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agent_code.agent.loop import Agent, AgentResult
 
 MAX_EDITS = 3
+MAX_FILE_BYTES = 256 * 1024
 # an opening fence (its info string), the body, a closing fence on its own line (or the end of
 # the reply: a model cut off at its token limit leaves the last block open)
 _FENCE = re.compile(r"^```[ \t]*([^\n`]*)\n(.*?)(?:^```[ \t]*$|\Z)", re.M | re.S)
@@ -222,6 +223,8 @@ def _read_files(agent: "Agent") -> dict[str, str]:
     for real in agent.ctx.files.stamps:
         try:
             rel = Path(real).relative_to(root).as_posix()
+            if Path(real).stat().st_size > MAX_FILE_BYTES:
+                continue  # not a file a model rewrites whole in a reply
             out[rel] = Path(real).read_text(encoding="utf-8")
         except (ValueError, OSError, UnicodeDecodeError):
             continue

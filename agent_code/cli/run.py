@@ -212,15 +212,13 @@ def run(
         from agent_code.agent.autotest import with_test_report
 
         attached = attach_mentioned(prompt, agent.ctx, policy=agent.permissions)
-        if attached != prompt:  # it has the code: it may answer with the fix at once (a code block)
-            agent.tools_first_steps = 0
-            if test_command is not None:  # and the failure to fix: its first answer is the fix, no tool call
-                reported = with_test_report(attached, agent, test_command)
-                if reported != attached:
-                    from agent_code.agent.blocks import fix_request
+        if attached != prompt and test_command is not None:  # the code, and the failure to fix
+            reported = with_test_report(attached, agent, test_command)
+            if reported != attached:  # its first answer is the fix, as a code block: no tool call
+                from agent_code.agent.blocks import fix_request
 
-                    agent.text_first_steps = 1
-                    attached = f"{reported}\n\n{fix_request(agent)}"
+                agent.tools_first_steps, agent.text_first_steps = 0, 1
+                attached = f"{reported}\n\n{fix_request(agent)}"
         prompt = attached
     from agent_code.cli.mcp import mcp_question, session_servers
     from agent_code.mcp import McpConfigError
