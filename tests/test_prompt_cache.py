@@ -74,7 +74,7 @@ def test_small_profile_is_four_short_tools_and_the_working_pattern():
         assert set(t.input_schema["required"]) == set(wide["required"]) <= set(keep)  # nothing required is hidden
     assert list(tools.get("read_file").input_schema["properties"]) == ["path"]
     text = system_prompt(SANDBOXES[0], "bypassPermissions", "", "small")
-    for step in ("list_files", "python -m pytest", "write_file the whole", "again"):
+    for step in ("list_files", "python -m pytest", "whole corrected file in one code block", "repeat 3"):
         assert step in text
     assert len(text) < len(system_prompt(SANDBOXES[0], "bypassPermissions"))
     with pytest.raises(ValueError, match="unknown tool profile"):
