@@ -284,3 +284,28 @@ def test_a_block_that_changes_nothing_is_said_plainly(tmp_path):
     result = agent.run("fix it")
     follow_up = result.messages[2]["content"][0]["text"]
     assert "is the file as it already is: nothing changed" in follow_up and "Tests after" not in follow_up
+
+
+@pytest.mark.parametrize("body, current", [
+    ("x = " + "-" * 100_000 + "1\n", SOURCE),                                  # MemoryError in the parser
+    ("def to_c(f):\n    return " + "+".join(["1"] * 200_000) + "\n", SOURCE),  # RecursionError
+    ("def to_c(f):\n    return x" + ".y" * 100_000 + "\n", SOURCE),
+    (")\ndef to_c(f):\n    return " + "-" * 100_000 + "1\n", SOURCE),           # the salvage path
+])
+def test_a_block_nested_past_the_parser_is_no_edit_and_no_crash(body, current):
+    """Found by an attack review: ast.parse raised RecursionError/MemoryError out of the hook,
+    which ended the agent's run."""
+    assert find_edits(f"thermo.py:\n```python\n{body}```", {"thermo.py": current}) == []
+    deep = "x = " + "-" * 100_000 + "1\n"   # a file that nests too deep itself: a named block is the file
+    [edit] = find_edits(f"thermo.py:\n```python\n{FIXED}```", {"thermo.py": deep})
+    assert edit.how == "whole file" and edit.content == FIXED
+
+
+def test_only_the_first_blocks_of_a_reply_are_looked_at():
+    """A reply of thousands of fences costs seconds of regex work: only the first MAX_BLOCKS count."""
+    from agent_code.agent.blocks import MAX_BLOCKS
+
+    noise = "```text\nnothing\n```\n" * MAX_BLOCKS
+    assert find_edits(noise + f"thermo.py:\n```python\n{FIXED}```", {"thermo.py": SOURCE}) == []
+    assert len(find_edits(noise[:-len("```text\nnothing\n```\n")] + f"thermo.py:\n```python\n{FIXED}```",
+                          {"thermo.py": SOURCE})) == 1

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agent_code.agent.loop import Agent, AgentResult
 
 MAX_EDITS = 3
+MAX_BLOCKS = 20
 MAX_FILE_BYTES = 256 * 1024
 # an opening fence (its info string), the body, a closing fence on its own line (or the end of
 # the reply: a model cut off at its token limit leaves the last block open)
@@ -79,7 +80,9 @@ def find_edits(text: str, read: dict[str, str]) -> list[BlockEdit]:
     """The edits the code blocks in ``text`` stand for (see the module doc). ``read``: the
     files the session has read, project-relative path → current content."""
     edits: list[BlockEdit] = []
-    for match in _FENCE.finditer(text):
+    for n, match in enumerate(_FENCE.finditer(text)):
+        if n == MAX_BLOCKS:  # a reply of thousands of fences is no fix: the first ones are looked at
+            break
         info, body = match.group(1).strip(), match.group(2)
         language = _language(info)
         first, _, rest = body.partition("\n")
@@ -110,6 +113,15 @@ def _resolve(named: str | None, language: str | None, read: dict[str, str]) -> s
     return None
 
 
+def _parse(text: str) -> ast.Module | None:
+    """``ast.parse(text)``, or None for text that is not Python — or nests past what the parser
+    or Python's recursion allows (a hostile block must never take the agent loop down)."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
     return {node.name: node for node in tree.body
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
@@ -120,13 +132,9 @@ def _edit_for(path: str, current: str, body: str, named: bool) -> BlockEdit | No
         body += "\n"
     if not path.endswith(".py"):
         return BlockEdit(path, body, "whole file") if named else None
-    try:
-        old = ast.parse(current)
-    except (SyntaxError, ValueError):
-        old = None
-    try:
-        new = ast.parse(body)
-    except (SyntaxError, ValueError):
+    old = _parse(current)
+    new = _parse(body)
+    if new is None:
         return _salvaged(path, current, old, body)
     if old is None:
         return BlockEdit(path, body, "whole file") if named else None
@@ -162,9 +170,8 @@ def _salvaged(path: str, current: str, old: ast.Module | None, body: str) -> Blo
         chunks.append("".join(lines[start:end]))
     kept: list[str] = []
     for chunk in chunks:
-        try:
-            tree = ast.parse(chunk)
-        except (SyntaxError, ValueError):
+        tree = _parse(chunk)
+        if tree is None:
             continue
         defs = _top_level(tree)
         if len(tree.body) == 1 and len(defs) == 1 and set(defs) <= set(old_defs):
@@ -172,7 +179,9 @@ def _salvaged(path: str, current: str, old: ast.Module | None, body: str) -> Blo
     if not kept:
         return None
     joined = "\n\n".join(kept)
-    new = ast.parse(joined)
+    new = _parse(joined)
+    if new is None:
+        return None
     merged = _merged(current, old, joined, _top_level(new), old_defs, [])
     return BlockEdit(path, merged, "replaced " + ", ".join(_top_level(new))) if merged != current else None
 
