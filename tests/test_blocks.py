@@ -309,3 +309,20 @@ def test_only_the_first_blocks_of_a_reply_are_looked_at():
     assert find_edits(noise + f"thermo.py:\n```python\n{FIXED}```", {"thermo.py": SOURCE}) == []
     assert len(find_edits(noise[:-len("```text\nnothing\n```\n")] + f"thermo.py:\n```python\n{FIXED}```",
                           {"thermo.py": SOURCE})) == 1
+
+
+def test_merging_counts_lines_as_the_parser_does():
+    """Found by an attack review: a U+2028 in a string made splitlines and ast's line numbers
+    disagree, and the replaced function landed on the wrong lines."""
+    current = "s = 'x\u2028y'\n\n\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n"
+    [edit] = find_edits("m.py:\n```python\ndef b():\n    return 3\n```", {"m.py": current})
+    assert edit.content == current.replace("return 2", "return 3")
+
+
+def test_new_imports_keep_a_shebang_first_and_future_imports_before_others():
+    current = "#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\n\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n"
+    block = "```python\nimport json\nfrom __future__ import annotations\n\ndef a():\n    return json.dumps(1)\n```"
+    [edit] = find_edits(f"m.py:\n{block}", {"m.py": current})
+    assert edit.content == ("#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\nfrom __future__ import annotations\n"
+                            "import json\n\ndef a():\n    return json.dumps(1)\n\n\ndef b():\n    return 2\n")
+    compile(edit.content, "m.py", "exec")

@@ -157,7 +157,7 @@ def _salvaged(path: str, current: str, old: ast.Module | None, body: str) -> Blo
     if old is None:
         return None
     old_defs = _top_level(old)
-    lines = body.splitlines(keepends=True)
+    lines = _lines(body)
     starts = [i for i, line in enumerate(lines) if _DEF_LINE.match(line)]
     chunks: list[str] = []
     for n, at in enumerate(starts):
@@ -186,6 +186,15 @@ def _salvaged(path: str, current: str, old: ast.Module | None, body: str) -> Blo
     return BlockEdit(path, merged, "replaced " + ", ".join(_top_level(new))) if merged != current else None
 
 
+def _lines(text: str) -> list[str]:
+    """``text`` in lines as the parser counts them (ends kept): at ``\n`` only, where
+    ``str.splitlines`` would also split at U+2028, form feeds and other separators that ast's
+    line numbers do not count."""
+    parts = text.split("\n")
+    out = [part + "\n" for part in parts[:-1]]
+    return out + [parts[-1]] if parts[-1] else out
+
+
 def _span(node: ast.stmt) -> tuple[int, int]:
     """0-based first line (decorators included) and end line (exclusive) of ``node``."""
     decorators = getattr(node, "decorator_list", [])
@@ -195,10 +204,10 @@ def _span(node: ast.stmt) -> tuple[int, int]:
 
 def _merged(current: str, old: ast.Module, body: str, new_defs: dict[str, ast.stmt],
             old_defs: dict[str, ast.stmt], imports: Sequence[ast.stmt]) -> str:
-    lines = current.splitlines(keepends=True)
+    lines = _lines(current)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    block = body.splitlines(keepends=True)
+    block = _lines(body)
     replacements = []
     for name, node in new_defs.items():
         start, end = _span(node)
@@ -206,8 +215,8 @@ def _merged(current: str, old: ast.Module, body: str, new_defs: dict[str, ast.st
     for (start, end), text in sorted(replacements, key=lambda r: r[0][0], reverse=True):
         lines[start:end] = text
     have = {line.strip() for line in lines}
-    new_imports = []
-    for node in imports:
+    new_imports: list[str] = []
+    for node in sorted(imports, key=lambda n: not (isinstance(n, ast.ImportFrom) and n.module == "__future__")):
         start, end = _span(node)
         text = block[start:end]
         if "".join(text).strip() not in have:
@@ -219,8 +228,10 @@ def _merged(current: str, old: ast.Module, body: str, new_defs: dict[str, ast.st
         elif old.body and isinstance(old.body[0], ast.Expr) and isinstance(getattr(old.body[0], "value", None),
                                                                             ast.Constant):
             at = _span(old.body[0])[1]  # after the module docstring
-        else:
+        else:  # after a shebang, an encoding line and the comments at the top
             at = 0
+            while at < len(lines) and lines[at].lstrip().startswith("#"):
+                at += 1
         lines[at:at] = new_imports
     return "".join(lines)
 
