@@ -4,7 +4,7 @@ arguments into a ToolCallOut (or a reason why not)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from agent_code.protocols.canonical import ToolCallOut, ToolSchema
 
@@ -92,3 +92,35 @@ def arguments_of(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]
                     pass
             return True, value
     return False, None
+
+
+# A tool-call block a format's finder found: where it starts and ends in the text, and its
+# calls parsed (calls, notes, whether the whole block parsed)
+Block = tuple[int, int, tuple[list[ToolCallOut], list[str], bool]]
+
+
+def extract_blocks(text: str, next_block: Callable[[str, int], Block | None]) -> tuple[str, list[ToolCallOut], list[str]]:
+    """The loop every tagged tool-call format shares: ``next_block(text, pos)`` finds the next
+    block from ``pos`` on (None: no more). A block whose calls all parse gives them and leaves
+    the text; one that does not stays in the text as it was written. Returns (text outside
+    the calls, calls, notes on what was ill-formed)."""
+    kept: list[str] = []
+    calls: list[ToolCallOut] = []
+    notes: list[str] = []
+    pos = 0
+    while True:
+        block = next_block(text, pos)
+        if block is None:
+            kept.append(text[pos:])
+            break
+        start, end, (got, why, ok) = block
+        kept.append(text[pos:start])
+        notes.extend(why)
+        if ok:
+            calls.extend(got)
+        else:
+            kept.append(text[start:end])
+        if end >= len(text):
+            break
+        pos = end
+    return "".join(kept), calls, notes

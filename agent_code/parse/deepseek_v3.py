@@ -24,7 +24,7 @@ missing ``<｜tool▁call▁end｜>`` on a call whose arguments are complete JSO
 
 from __future__ import annotations
 
-from agent_code.parse.common import Declared, loads, make_call, short
+from agent_code.parse.common import Block, Declared, extract_blocks, loads, make_call, short
 from agent_code.protocols.canonical import ToolCallOut
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -94,15 +94,11 @@ def _region_calls(region: str, declared: Declared) -> tuple[list[ToolCallOut], l
 
 def extract(text: str, declared: Declared) -> tuple[str, list[ToolCallOut], list[str]]:
     """(text outside the calls, calls, ill_formed)."""
-    kept: list[str] = []
-    calls: list[ToolCallOut] = []
-    notes: list[str] = []
-    pos = 0
-    while True:
+
+    def next_block(text: str, pos: int) -> Block | None:
         wrapped, bare = text.find(CALLS_BEGIN, pos), text.find(CALL_BEGIN, pos)
         if wrapped < 0 and bare < 0:
-            kept.append(text[pos:])
-            break
+            return None
         if wrapped >= 0 and (bare < 0 or wrapped < bare):
             start, inner = wrapped, wrapped + len(CALLS_BEGIN)
         else:
@@ -110,14 +106,6 @@ def extract(text: str, declared: Declared) -> tuple[str, list[ToolCallOut], list
         close = text.find(CALLS_END, inner)
         region = text[inner:close if close >= 0 else len(text)]
         end = close + len(CALLS_END) if close >= 0 else len(text)
-        kept.append(text[pos:start])
-        got, why, ok = _region_calls(region, declared)
-        notes.extend(why)
-        if ok:
-            calls.extend(got)
-        else:
-            kept.append(text[start:end])
-        if end >= len(text):
-            break
-        pos = end
-    return "".join(kept), calls, notes
+        return start, end, _region_calls(region, declared)
+
+    return extract_blocks(text, next_block)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_code.parse.common import Declared, arguments_of, make_call, raw_decode, short
+from agent_code.parse.common import Block, Declared, arguments_of, extract_blocks, make_call, raw_decode, short
 from agent_code.protocols.canonical import ToolCallOut
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -52,27 +52,16 @@ def _block_calls(inner: str, declared: Declared) -> tuple[list[ToolCallOut], lis
 
 def extract(text: str, declared: Declared) -> tuple[str, list[ToolCallOut], list[str]]:
     """(text outside the calls, calls, ill_formed)."""
-    kept: list[str] = []
-    calls: list[ToolCallOut] = []
-    notes: list[str] = []
-    pos = 0
-    while True:
+
+    def next_block(text: str, pos: int) -> Block | None:
         start = text.find(OPEN, pos)
         if start < 0:
-            kept.append(text[pos:])
-            break
-        kept.append(text[pos:start])
+            return None
         close = text.find(CLOSE, start + len(OPEN))
         inner = text[start + len(OPEN):close if close >= 0 else len(text)]
         got, why, ok = _block_calls(inner, declared)
         if close < 0 and not ok:
             why = [f"{SOURCE}: unterminated <tool_call>"] + why
-        notes.extend(why)
-        if ok:
-            calls.extend(got)
-        else:
-            kept.append(text[start:close + len(CLOSE)] if close >= 0 else text[start:])
-        if close < 0:
-            break
-        pos = close + len(CLOSE)
-    return "".join(kept), calls, notes
+        return start, close + len(CLOSE) if close >= 0 else len(text), (got, why, ok)
+
+    return extract_blocks(text, next_block)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_code.parse.common import Declared, loads, make_call, short
+from agent_code.parse.common import Block, Declared, extract_blocks, loads, make_call, short
 from agent_code.protocols.canonical import ToolCallOut
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -170,15 +170,11 @@ def _region_calls(region: str, closed: bool, declared: Declared) -> tuple[list[T
 
 def extract(text: str, declared: Declared) -> tuple[str, list[ToolCallOut], list[str]]:
     """(text outside the calls, calls, ill_formed)."""
-    kept: list[str] = []
-    calls: list[ToolCallOut] = []
-    notes: list[str] = []
-    pos = 0
-    while True:
+
+    def next_block(text: str, pos: int) -> Block | None:
         wrapped, bare = text.find(OPEN, pos), text.find(FN_OPEN, pos)
         if wrapped < 0 and bare < 0:
-            kept.append(text[pos:])
-            break
+            return None
         if wrapped >= 0 and (bare < 0 or wrapped < bare):
             start, inner_start = wrapped, wrapped + len(OPEN)
             close = text.find(CLOSE, inner_start)
@@ -194,14 +190,6 @@ def extract(text: str, declared: Declared) -> tuple[str, list[ToolCallOut], list
             stray = text.find(CLOSE, end)  # a </tool_call> right after a bare block belongs to it
             if stray >= 0 and not text[end:stray].strip():
                 end = stray + len(CLOSE)
-        kept.append(text[pos:start])
-        got, why, ok = _region_calls(region, closed, declared)
-        notes.extend(why)
-        if ok:
-            calls.extend(got)
-        else:
-            kept.append(text[start:end])
-        if end >= len(text):
-            break
-        pos = end
-    return "".join(kept), calls, notes
+        return start, end, _region_calls(region, closed, declared)
+
+    return extract_blocks(text, next_block)
