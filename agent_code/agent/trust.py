@@ -44,12 +44,12 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_code.jsonl import write_json_atomic
 from agent_code.policy.settings import SettingsError
 
 TRUST_DIR = "trust"
@@ -159,18 +159,7 @@ class TrustStore:
         record = {"path": key, "digest": version_digest(content), "content": content, "scripts": scripts or {},
                   "how": how,
                   "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".record-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(record, handle, ensure_ascii=False, indent=1)
-                handle.write("\n")
-            os.replace(tmp, self._file(key))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_json_atomic(self._file(key), record, indent=1)
 
 
 @dataclass

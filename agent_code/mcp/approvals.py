@@ -12,12 +12,11 @@ entry as written: a changed entry (another command, other arguments) is asked ab
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Literal
 
+from agent_code.jsonl import write_json_atomic
 from agent_code.mcp.config import ServerConfig
 
 APPROVALS_FILE = "mcp-approvals.json"
@@ -57,15 +56,4 @@ class ApprovalStore:
         project[server.name] = {"digest": server.digest(), "decision": decision,
                                 "entry": server.entry, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".mcp-approvals.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, indent=2, ensure_ascii=False)
-                handle.write("\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_json_atomic(self.path, data, indent=2)
