@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, TextIO
 
 import typer
 
+from agent_code.cli.confirm import terminal, yes_no
+
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
     from agent_code.agent.settings import Settings
@@ -93,12 +95,10 @@ def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> C
     """The REPL's start-up question about a project server not yet approved: y/N. None —
     nobody to ask, so it does not start — unless stdin and stdout are a terminal (piped
     input may be a command the agent ran)."""
-    stdin, out = stdin or sys.stdin, stdout or sys.stdout
-    try:
-        if not (stdin.isatty() and out.isatty()):
-            return None
-    except (AttributeError, ValueError):
+    pair = terminal(stdin, stdout)
+    if pair is None:
         return None
+    stdin, out = pair
 
     def ask(config: ServerConfig) -> bool:
         print(f"The project's {config.source} names the MCP server '{config.name}':\n  {config.describe()}",
@@ -107,19 +107,7 @@ def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> C
             print(f"  with environment variables {', '.join(k for k, _ in config.env)}", file=out)
         print("A server is a program that runs as you, and the project (or a session of the agent) wrote "
               "this entry: approve only one you know.", file=out, flush=True)
-        while True:
-            out.write(f"start MCP server '{config.name}' (now and in later sessions)? [y/N] ")
-            out.flush()
-            try:
-                line = stdin.readline()
-            except KeyboardInterrupt:
-                out.write("\n")
-                return False
-            answer = line.strip().lower()
-            if not line or answer in ("", "n", "no"):
-                return False
-            if answer in ("y", "yes"):
-                return True
+        return yes_no(stdin, out, f"start MCP server '{config.name}' (now and in later sessions)?")
 
     return ask
 

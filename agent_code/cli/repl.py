@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TextIO, overload
 
+from agent_code.cli.confirm import terminal, yes_no
 from agent_code.agent.undo import undo_last
 from agent_code.policy import PermissionMode, parse_rule, subject_of, suggest_rules
 
@@ -437,12 +438,10 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
     accepted it (``agent/trust.py``): shows what changed and asks y/N. None — nobody to ask,
     so the change is not used and a warning says so — unless stdin and stdout are a terminal:
     piped input may be a command the agent ran, and must never accept settings."""
-    stdin, out = stdin or sys.stdin, stdout or sys.stdout
-    try:
-        if not (stdin.isatty() and out.isatty()):
-            return None
-    except (AttributeError, ValueError):
+    pair = terminal(stdin, stdout)
+    if pair is None:
         return None
+    stdin, out = pair
 
     def ask(change: Change) -> bool:
         from agent_code.agent.settings import describe_change
@@ -450,19 +449,7 @@ def settings_question(stdin: TextIO | None = None, stdout: TextIO | None = None)
         print(describe_change(change), file=out)
         print("Settings can loosen permissions and run commands (hooks), and a session of the agent can "
               "write them: accept only a change you made or want.", file=out, flush=True)
-        while True:
-            out.write(f"accept this version of {change.file.label}? [y/N] ")
-            out.flush()
-            try:
-                line = stdin.readline()
-            except KeyboardInterrupt:  # Ctrl-C: no
-                out.write("\n")
-                return False
-            answer = line.strip().lower()
-            if not line or answer in ("", "n", "no"):
-                return False
-            if answer in ("y", "yes"):
-                return True
+        return yes_no(stdin, out, f"accept this version of {change.file.label}?")
 
     return ask
 
