@@ -307,19 +307,10 @@ from agent_code.policy.readonly import (  # noqa: E402,F401
 )
 
 
-def _command_of(tool: Tool, arguments: object) -> str | None:
-    """The shell command an ``execute`` tool was asked to run (its ``command`` argument; an
-    MCP tool's arguments are its server's, never a command line the policy reads)."""
-    if tool.kind != "execute" or not isinstance(arguments, dict) or getattr(tool, "origin", None) is not None:
-        return None
-    command = arguments.get("command")
-    return command if isinstance(command, str) else None
-
-
 def effective_kind(mode: PermissionMode | str, tool: Tool, arguments: object) -> ToolKind:
     """The kind the mode table is asked about: in plan mode an ``execute`` call whose
     ``command`` is read-only counts as a ``read``; otherwise the tool's own kind."""
-    command = _command_of(tool, arguments)
+    command = command_argument(tool, arguments)
     if PermissionMode(mode) is PermissionMode.PLAN and command is not None and is_read_only_command(command):
         return "read"
     return tool.kind
@@ -335,7 +326,7 @@ def runs_as_read_only(mode: PermissionMode | str, tool: Tool, arguments: object)
 
 def explain_plan_refusal(mode: PermissionMode | str, tool: Tool, arguments: object, decision: Decision) -> Decision:
     """A plan-mode refusal of a command says why the command is not read-only."""
-    command = _command_of(tool, arguments)
+    command = command_argument(tool, arguments)
     if decision.allowed or PermissionMode(mode) is not PermissionMode.PLAN or command is None:
         return decision
     why = read_only_command_problem(command)

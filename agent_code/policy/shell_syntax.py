@@ -521,10 +521,7 @@ class _Reader:
             elif kind == "variable_assignment":
                 acc.subs.extend(self.substitutions(child))
             elif kind in REDIRECT_NODES:
-                op, target, more = self.redirect(child, acc)
-                redirects = [*redirects, (op, target)]
-                for extra in more:
-                    self.statement(extra, acc)
+                redirects = [*redirects, self._redirection(child, acc)]
             elif kind != "comment":
                 words.append(self.word(child, kind))
         return _tuple_new(Simple, (tuple(words), tuple(redirects)))
@@ -538,13 +535,18 @@ class _Reader:
                 continue
             kind = _KIND[child.kind_id]
             if kind in REDIRECT_NODES:
-                op, target, more = self.redirect(child, acc)
-                redirects = [*redirects, (op, target)]
-                for extra in more:
-                    self.statement(extra, acc)
+                redirects = [*redirects, self._redirection(child, acc)]
             elif kind != "comment":
                 words.append(self.word(child, kind))
         return Simple(tuple(words), tuple(redirects))
+
+    def _redirection(self, node: Node, acc: _Acc) -> tuple[str, Word]:
+        """A command's redirection (operator, target), the statements tree-sitter nested in it
+        read into ``acc``."""
+        op, target, more = self.redirect(node, acc)
+        for extra in more:
+            self.statement(extra, acc)
+        return op, target
 
     def function(self, node: Node, acc: _Acc) -> Compound:
         name_node = node.child_by_field_name("name")
