@@ -114,3 +114,14 @@ def test_bad_cwd_and_unknown_provider(tmp_path):
     assert proc.returncode == 1 and "is not a directory" in proc.stderr
     proc = run_cli("--provider", "nope", "x")
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_sub_commands_refuse_a_cwd_that_is_not_a_directory(tmp_path):
+    missing = tmp_path / "missing"
+    for args in (("settings", "status", "-C", str(missing)), ("-C", str(missing)), ("mcp", "list", "-C", str(missing)),
+                 ("worktree", "-C", str(missing))):
+        if args[0] == "-C":
+            args = ("settings", *args)   # -C before the sub-command's own command
+        proc = run_cli(*args)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert f"agent-code {args[0]}: error: --cwd {missing} is not a directory" in proc.stderr, proc.stderr

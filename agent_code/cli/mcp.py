@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, TextIO
 import typer
 
 from agent_code.cli.confirm import terminal, yes_no
+from agent_code.cli.project import fail, project_dir
 
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
@@ -128,17 +129,12 @@ def list_(cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -
     from agent_code.mcp import (APPROVALS_FILE, ApprovalStore, McpConfigError, McpManager, describe_servers, plan,
                                 start_servers)
 
-    cwd = cwd or _given.get("cwd") or Path(".")
-    root = cwd.expanduser().resolve()
-    if not root.is_dir():
-        print(f"agent-code mcp: error: --cwd {cwd} is not a directory", file=sys.stderr)
-        raise typer.Exit(1)
+    root = project_dir("mcp", cwd, _given.get("cwd"))
     try:
         settings = load_trusted_settings(root, warn=_warn)
         servers = configured_servers(root, settings.mcp_servers, list(mcp_config or _given.get("mcp_config") or []))
     except (SettingsError, McpConfigError) as exc:
-        print(f"agent-code mcp: error: {exc}", file=sys.stderr)
-        raise typer.Exit(1)
+        fail("mcp", str(exc))
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=True)
     with McpManager(root, client_version=__version__) as manager:
         start_servers(manager, planned)

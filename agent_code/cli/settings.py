@@ -17,6 +17,8 @@ from typing import Optional
 
 import typer
 
+from agent_code.cli.project import fail, project_dir
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   invoke_without_command=True, help="Settings files changed since you accepted them.")
 _given: dict[str, Optional[Path]] = {}  # -C given before the sub-command
@@ -26,16 +28,11 @@ CWD = typer.Option(None, "--cwd", "-C", help="Project directory (default: the cu
 def _review(cwd: Path | None, record: bool):
     from agent_code.agent.settings import SettingsError, review_settings
 
-    cwd = cwd or _given.get("cwd") or Path(".")
-    root = cwd.expanduser().resolve()
-    if not root.is_dir():
-        print(f"agent-code settings: error: --cwd {cwd} is not a directory", file=sys.stderr)
-        raise typer.Exit(1)
+    root = project_dir("settings", cwd, _given.get("cwd"))
     try:
         return root, review_settings(root, record_first_sight=record)[0]
     except SettingsError as exc:
-        print(f"agent-code settings: error: {exc}", file=sys.stderr)
-        raise typer.Exit(1)
+        fail("settings", str(exc))
 
 
 @app.callback()

@@ -9,11 +9,12 @@ Exit codes: 0 done, 1 refused or failed.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
+
+from agent_code.cli.project import fail, project_dir
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   invoke_without_command=True, help="The git worktrees of agent-code --worktree NAME.")
@@ -22,16 +23,11 @@ CWD = typer.Option(None, "--cwd", "-C", help="A directory of the repository (def
 
 
 def _cwd(cwd: Path | None) -> Path:
-    cwd = cwd or _given.get("cwd") or Path(".")
-    root = cwd.expanduser().resolve()
-    if not root.is_dir():
-        _fail(f"--cwd {cwd} is not a directory")
-    return root
+    return project_dir("worktree", cwd, _given.get("cwd"))
 
 
-def _fail(message: str) -> None:
-    print(f"agent-code worktree: error: {message}", file=sys.stderr)
-    raise typer.Exit(1)
+def _fail(message: str) -> NoReturn:
+    fail("worktree", message)
 
 
 @app.callback()
