@@ -55,3 +55,30 @@ def test_a_lone_surrogate_is_a_400(body):
                                          (b'["\\\\\\\\ud800"]', ["\\\\ud800"])])
 def test_pairs_and_escaped_backslashes_pass(body, value):
     assert parse_json_body(body) == value
+
+
+@pytest.mark.parametrize("payload", [
+    {"text": "lone \ud800 surrogate", "nested": ["\udfff", {"k": "x\ud83d"}]},   # echoed from a hostile request
+    {"big": 2**70, "neg": -(2**80), "fine": 12},                                    # past orjson's 64 bits
+    {"logprobs": [float("-inf"), -0.5, float("nan"), float("inf")], "n": [1.5e300]},
+    {1: "int key", "s": {2.5: "float key", None: "none key", True: "bool key"}},
+    {"deep": [[[[{"é": "ünïcode 🙂"}]]]], "empty": {}, "t": (1, 2)},
+])
+def test_json_bytes_always_writes_valid_utf8_json(payload):
+    from agent_code.gateway.http import json_bytes, json_response
+
+    raw = json_bytes(payload)
+    text = raw.decode("utf-8")            # valid UTF-8, whatever the payload held
+    value = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert isinstance(value, dict) and b", " not in raw and b'": ' not in raw   # compact separators
+    flat = json.dumps(value)
+    if "logprobs" in payload:             # a float that is not finite is null, never NaN/Infinity
+        assert value["logprobs"] == [None, -0.5, None, None] and value["n"] == [1.5e300]
+    if "big" in payload:                  # big integers stay exact
+        assert value["big"] == 2**70 and value["neg"] == -(2**80)
+    if "text" in payload:                 # a lone surrogate is escaped, the rest kept
+        assert "\\ud800" in text and "lone" in flat
+    if 1 in payload:
+        assert value["1"] == "int key" and value["s"]["null"] == "none key" and value["s"]["true"] == "bool key"
+    response = json_response(payload, status=201)
+    assert response.status_code == 201 and response.body == raw and response.media_type == "application/json"

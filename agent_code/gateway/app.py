@@ -11,12 +11,12 @@ import time
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_code import __version__
 from agent_code.gateway.auth import ManagementGuard
-from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, credential_from
+from agent_code.gateway.http import DEFAULT_MAX_BODY_BYTES, HttpError, as_http_error, credential_from, json_response
 from agent_code.gateway.identity import SessionResolver, require_session_key
 from agent_code.gateway.sessions import SessionError
 from agent_code.gateway.pipeline import Gateway
@@ -50,7 +50,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     started = time.time()
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__, "engine": gateway.engine.name,
+        return json_response({"status": "ok", "version": __version__, "engine": gateway.engine.name,
                              "model": gateway.model_name, "sessions": len(gateway.store.sessions),
                              "uptime_s": round(time.time() - started, 3)})
 
@@ -65,7 +65,7 @@ def create_app(gateway: Gateway, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
         entry = {"type": "model", "id": gateway.model_name, "display_name": gateway.model_name,
                  "created_at": "2026-01-01T00:00:00Z", "object": "model", "created": 1767225600,
                  "owned_by": "agent-code"}
-        return JSONResponse({"object": "list", "data": [entry], "has_more": False, "first_id": entry["id"],
+        return json_response({"object": "list", "data": [entry], "has_more": False, "first_id": entry["id"],
                              "last_id": entry["id"]})
 
     async def http_error(request: Request, exc: Exception) -> Response:

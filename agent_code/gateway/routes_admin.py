@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agent_code.gateway.auth import ManagementGuard
-from agent_code.gateway.http import HttpError, as_http_error, read_json
+from agent_code.gateway.http import HttpError, as_http_error, json_response, read_json
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import error_response
 from agent_code.gateway.weights import PauseMode
@@ -45,7 +45,7 @@ class AdminRoutes:
         """The admin token checked, then ``handle``'s body; any failure in Anthropic's error format."""
         try:
             self.guard.require(request, "weights")
-            return JSONResponse(await handle(request))
+            return json_response(await handle(request))
         except Exception as exc:
             return error_response(as_http_error(exc))
 

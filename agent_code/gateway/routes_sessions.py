@@ -18,11 +18,11 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agent_code.gateway.auth import Action, ManagementGuard
 from agent_code.gateway import offload
-from agent_code.gateway.http import HttpError, as_http_error, read_json
+from agent_code.gateway.http import HttpError, as_http_error, json_response, read_json
 from agent_code.gateway.pipeline import Gateway
 from agent_code.gateway.routes_anthropic import error_response
 from agent_code.trajectory.samples import SAMPLE_STATUSES
@@ -83,7 +83,7 @@ class SessionRoutes:
             session = self.gateway.store.open(body["session_id"], sampling=body.get("sampling"),
                                               max_context_tokens=body.get("max_context_tokens"),
                                               max_turns=body.get("max_turns"))
-            return JSONResponse(session.summary(), status_code=201)
+            return json_response(session.summary(), status=201)
         except Exception as exc:
             return error_response(as_http_error(exc))
 
@@ -112,15 +112,15 @@ class SessionRoutes:
             return error_response(as_http_error(exc))
 
     async def summary(self, request: Request, sid: str) -> Response:
-        return JSONResponse(self.gateway.store.get(sid).summary())
+        return json_response(self.gateway.store.get(sid).summary())
 
     async def turns(self, request: Request, sid: str) -> Response:
         session = self.gateway.store.get(sid)
-        return JSONResponse({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
+        return json_response({"session_id": session.id, "turns": [t.to_dict() for t in session.turns]})
 
     async def delete(self, request: Request, sid: str) -> Response:
         session = self.gateway.store.drop(sid)
-        return JSONResponse({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
+        return json_response({"session_id": session.id, "deleted": True, "turns": len(session.turns)})
 
     async def finish(self, request: Request, sid: str) -> Response:
         body = await read_json(request, self.max_body_bytes)
@@ -143,4 +143,4 @@ class SessionRoutes:
         finish = self.gateway.finish_session if session is None else session.guarded(self.gateway.finish_session)
         samples = await offload.run(finish, sid, reward, body.get("metadata"), body.get("rollout_id"),
                                     body.get("status"))   # samples built and written off the loop
-        return JSONResponse({"session_id": sid, "samples": [s.to_dict() for s in samples]})
+        return json_response({"session_id": sid, "samples": [s.to_dict() for s in samples]})
