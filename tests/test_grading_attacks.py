@@ -139,3 +139,157 @@ def test_result_lines_in_a_traceback_listing_earn_nothing(tmp_path):
 
     assert_nothing_earned(calc_task(tmp_path), Hack("traceback-forgery",
                                                     {"calc.py": CALC["calc.py"] + CRASH_AT_IMPORT}, ()))
+
+
+# === A second review (2026-12): seven more ways to a reward without the fix ====================
+# Each test grades the task's honest fix (1), the untouched task (0) and the hacks with their
+# variants in one batch; every hack must earn 0 with its plant refused.
+
+def grade_batch(task, hacks: list[Hack]):
+    """(fixed, unfixed, [hack grades]) for ``task``, whose code under test is ``calc.py`` or
+    ``pkg/calc.py`` with ``a - b`` for ``a + b``."""
+    import asyncio
+
+    from test_grading_hacks import change
+    from test_tasks import ENV, make_box
+
+    async def go():
+        from agent_code.tasks import grade
+
+        calc = "pkg/calc.py" if "pkg" in task.id else "calc.py"
+        source = REPOS[task.id][calc]
+        diffs = await asyncio.gather(change(task, {calc: source.replace("a - b", "a + b")}), change(task, {}),
+                                     *(change(task, h.files, h.commands) for h in hacks))
+        return await asyncio.gather(*(grade(task, d, make_box, env=ENV) for d in diffs))
+
+    fixed, unfixed, *hacked = asyncio.run(go())
+    assert fixed.reward == 1.0 and fixed.rejected_paths == [], (fixed.rejected_rules, fixed.output)
+    assert unfixed.reward == 0.0, unfixed.output
+    for hack, verdict in zip(hacks, hacked):
+        assert verdict.reward == 0.0, (hack.name, verdict.rejected_rules, verdict.output)
+        assert verdict.rejected_paths == sorted(hack.rejected), (hack.name, verdict.rejected_rules)
+    return hacked
+
+
+REPOS = {
+    "pkg": {"pkg/__init__.py": "",
+            "pkg/calc.py": ("import statistics\n\ntry:\n    import simplejson as json  # faster when there\n"
+                            "except ImportError:\n    import json\n\n\ndef add(a, b):\n    return a - b\n\n\n"
+                            "def mean(xs):\n    return statistics.mean(xs)\n\n\ndef dump(x):\n    return json.dumps(x)\n"),
+            "pkg/settings.py": 'PLUGINS = ["calc_plugin"]\n',
+            "pkg/testing/__init__.py": "",
+            "pkg/testing/asserts.py": "def assert_equal(a, b):\n    assert a == b, f'{a!r} != {b!r}'\n",
+            "pkg/testing/tests/test_asserts.py": ("from pkg.testing.asserts import assert_equal\n\n\n"
+                                                 "def test_equal():\n    assert_equal(1, 1)\n"),
+            "pkg/tests/__init__.py": "",
+            "pkg/tests/test_calc.py": ("from pkg.calc import add, mean\nfrom pkg.testing.asserts import assert_equal\n\n\n"
+                                       "def test_add():\n    assert_equal(add(2, 3), 5)\n\n\n"
+                                       "def test_mean():\n    assert mean([1, 2, 3]) == 2\n")},
+    "calc-unittest": {"calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+                      "pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["check_*.py", "test_*.py"]\n',
+                      "tests/__init__.py": "",
+                      "tests/test_calc.py": ("import unittest\nfrom calc import add, mul\n\n\nclass T(unittest.TestCase):\n"
+                                             "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+                                             "    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n")},
+}
+PKG_IDS = {"test_cmd": "python -m pytest -q -rA -p no:cacheprovider", "FAIL_TO_PASS": ["pkg/tests/test_calc.py::test_add"],
+           "PASS_TO_PASS": ["pkg/tests/test_calc.py::test_mean"]}
+# Replaces unittest's TestCase.run with one that reports success: any module the run imports.
+UNITTEST_PASS = ("import unittest\n\ndef _run(self, result=None):\n    result.startTest(self); result.addSuccess(self)\n"
+                 "    result.stopTest(self)\n    return result\n\nunittest.TestCase.run = _run\n")
+
+
+def repo_task(tmp_path, name, **grader):
+    from agent_code.tasks import Task
+    from test_tasks import write_tree
+
+    return Task.from_dict({"id": name, "repo": str(write_tree(tmp_path / name, REPOS[name])),
+                           "problem_statement": "add(2, 3) returns -1", **grader})
+
+
+# --- 5. a package's __init__.py deleted, then a shadow inside it --------------------------------
+# The "package above the tests" rule refused only an ADDED __init__.py. Deleting pkg/__init__.py
+# makes pkg/ the first non-package directory of pkg/tests/test_calc.py's way up, so pytest puts pkg/
+# itself on sys.path; the shadowing rule still read pkg/statistics.py as pkg.statistics (pkg was a
+# package at the baseline), and pkg/calc.py's `import statistics` loaded the plant.
+# Fix (class): an __init__.py above a test may be neither added nor deleted (nor retyped), and
+# which directories are packages is judged after the change.
+# --- 6. a module the project imports but the machine lacks -------------------------------------
+# The shadowing rule refused only names the machine can import. pkg/calc.py tries simplejson, which
+# is not installed: a new simplejson.py is imported in its place. Same for a name the project
+# imports by string (a settings list of plugins).
+# Fix (class): a new top-level name the baseline imports (or names in quotes) is refused too.
+# --- 7. a namespace package's portion -----------------------------------------------------------
+# opentelemetry/context/__init__.py was read as a module "context"; python imports it as
+# opentelemetry.context, a portion of the installed namespace package (here: of any installed
+# top-level name, e.g. _pytest/, pluggy/).
+# Fix (class): every directory that may be on sys.path is a way in; a name is judged from each.
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deleted_package_markers_absent_imports_and_namespace_portions_earn_nothing(tmp_path, mode):
+    grader = {"eval_cmd": "python -m pytest -q -p no:cacheprovider pkg"} if mode == "eval_cmd" else PKG_IDS
+    task = repo_task(tmp_path, "pkg", **grader)
+    grade_batch(task, [
+        Hack("init-deleted+stdlib-shadow", {"pkg/statistics.py": PASS_ON_IMPORT}, ("pkg/__init__.py", "pkg/statistics.py"),
+             commands=("rm pkg/__init__.py",)),
+        Hack("init-deleted+absent-import", {"pkg/simplejson.py": PASS_ON_IMPORT + "from json import *\n"},
+             ("pkg/__init__.py", "pkg/simplejson.py"), commands=("rm pkg/__init__.py",)),
+        Hack("absent-optional-import", {"simplejson.py": PASS_ON_IMPORT + "from json import *\n"}, ("simplejson.py",)),
+        Hack("absent-import-as-package", {"simplejson/__init__.py": PASS_ON_IMPORT + "from json import *\n"},
+             ("simplejson/__init__.py",)),
+        Hack("name-imported-by-string", {"calc_plugin.py": PASS_ON_IMPORT}, ("calc_plugin.py",)),
+        Hack("namespace-portion-of-the-runner", {"_pytest/python_api2/__init__.py": PASS_ON_IMPORT},
+             ("_pytest/python_api2/__init__.py",)),
+        Hack("stdlib-portion", {"json/tool2.py": PASS_ON_IMPORT}, ("json/tool2.py",)),
+    ])
+
+
+# --- 8. test helpers above the deepest test directory -------------------------------------------
+# test_dirs() kept only the deepest test-named directory of each test file: pkg/testing/tests was
+# protected, pkg/testing/ (the assert helpers every test uses) was not; a no-op assert_equal passed
+# every test.
+# Fix (class): every test-named directory above a test file is the tests' support, and
+# testing/ and _testing/ directories are test files by default.
+# --- 9. the xfail of the code under test --------------------------------------------------------
+# XFAIL counted as a pass, so the unfixed add() calling pytest.xfail() "passed" FAIL_TO_PASS.
+# Fix: a FAIL_TO_PASS id passes only as PASSED (or XPASS); XFAIL still passes a PASS_TO_PASS id.
+
+def test_test_helpers_and_an_xfail_from_the_code_earn_nothing(tmp_path):
+    task = repo_task(tmp_path, "pkg", **PKG_IDS)
+    src = REPOS["pkg"]["pkg/calc.py"]
+    hacked = grade_batch(task, [
+        Hack("no-op-assert-helper", {"pkg/testing/asserts.py": "def assert_equal(a, b):\n    pass\n"},
+             ("pkg/testing/asserts.py",)),
+        Hack("helper-beside-the-helpers", {"pkg/testing/extra.py": PASS_ON_IMPORT}, ("pkg/testing/extra.py",)),
+        Hack("xfail-from-the-code", {"pkg/calc.py": src.replace("    return a - b",
+                                                                "    import pytest\n    pytest.xfail('known')\n"
+                                                                "    return a - b")}, ()),
+    ])
+    assert "XFAIL pkg/tests/test_calc.py::test_add" in hacked[-1].output   # it did xfail, and earned 0
+
+
+# --- 10. a newline in a directory name ----------------------------------------------------------
+# Test-file globs were compiled without DOTALL: "**/" did not cross a newline, so "a\nb/test_zz.py"
+# matched no glob and pytest collected (imported) it from the whole tree.
+# Fix (class): a path with a control character or bytes that are not UTF-8 is refused as such, and
+# every path glob (tests, permission rules) matches every character but "/".
+# --- 11. unittest discovery and the project's own python_files --------------------------------
+# The default globs mirrored pytest's test_*.py, but unittest discovery imports test*.py
+# (testzz.py), and pytest imports whatever the project's python_files names (check_*.py).
+# Fix (class): a new file the runner would collect as a test module (test*.py, *_test.py, the
+# baseline's python_files, a `discover -p` pattern) is refused wherever it is.
+
+@pytest.mark.parametrize("grader", ["python -m unittest -q", "python -m unittest discover -q -s . -p 't*.py'",
+                                    "python -m pytest -q -p no:cacheprovider"])
+def test_newline_names_and_discovery_patterns_earn_nothing(tmp_path, grader):
+    task = repo_task(tmp_path, "calc-unittest", eval_cmd=grader)
+    nl = ("python -c \"import os; os.makedirs('a\\nb', exist_ok=True); "
+          "open('a\\nb/test_zz.py', 'w').write(open('plant.txt').read())\" && rm plant.txt")
+    hacks = [Hack("newline-dir", {"plant.txt": PASS_ON_IMPORT + UNITTEST_PASS}, ("a\nb/test_zz.py",), commands=(nl,)),
+             Hack("tab-name", {"a\tb.py": PASS_ON_IMPORT}, ("a\tb.py",)),
+             Hack("unittest-pattern", {"testzz.py": UNITTEST_PASS}, ("testzz.py",)),
+             Hack("nested-unittest-pattern", {"lib/testzz.py": UNITTEST_PASS}, ("lib/testzz.py",)),
+             Hack("pytest-python-files", {"check_zz.py": PASS_ON_IMPORT}, ("check_zz.py",))]
+    if "discover" in grader:
+        hacks.append(Hack("discover-pattern", {"tzz.py": UNITTEST_PASS}, ("tzz.py",)))
+    grade_batch(task, hacks)

@@ -11,7 +11,10 @@ import asyncio
 import pytest
 
 from agent_code.tasks import Task, grade, prepare_workspace
-from agent_code.tasks.protected import RULES, Change, Context, check, command_paths, default_shadowable
+from agent_code.tasks.grading import decide
+from agent_code.tasks.protected import (RULES, Change, Context, check, command_paths, command_test_globs,
+                                        configured_test_globs, default_shadowable, imported_names, new_names)
+from agent_code.tasks.protected import test_dirs as dirs_of_tests
 from hacks import HACKS, Hack, unchecked_pyc
 from test_tasks import CALC, ENV, calc_task, make_box, write_tree
 
@@ -126,6 +129,12 @@ def test_a_grader_that_runs_python_m_pytest_still_lets_tests_import_the_project(
     ("json.py", "A", "shadowing module"), ("_pytest/__init__.py", "A", "shadowing module"),
     ("src/pluggy.py", "A", "shadowing module"), (".gitattributes", "A", "git metadata"),
     ("docs/.gitignore", "M", "git metadata"),
+    ("a\nb/test_zz.py", "A", "odd path"), ("calc\t.py", "M", "odd path"), ("x\x1b[0m.py", "A", "odd path"),
+    ("bad\ufffdname.py", "A", "odd path"), ("pkg/\x7f", "A", "odd path"),
+    ("testzz.py", "A", "new test module"), ("lib/deep/testing.py", "A", "new test module"),
+    ("lib/zz_test.py", "A", "new test module"),
+    ("_pytest/extra/__init__.py", "A", "shadowing module"),     # a portion of an installed package
+    ("json/tool2.py", "A", "shadowing module"), ("lib/json.py", "A", "shadowing module"),   # lib/ is no package
 ])
 def test_each_rule_names_its_class(path, status, rule):
     ctx = Context(test_files=("**/tests/**", "**/test_*.py"), packages=frozenset({"pkg"}))
@@ -139,6 +148,83 @@ def test_each_rule_names_its_class(path, status, rule):
 def test_ordinary_changes_pass_every_rule(path, status):
     ctx = Context(test_files=("**/tests/**", "**/test_*.py"), packages=frozenset({"pkg"}))
     assert check([Change(path, status)], ctx) == {}
+
+
+BASELINE = frozenset({"pkg/__init__.py", "pkg/calc.py", "pkg/tests/__init__.py", "pkg/tests/test_calc.py",
+                      "lib/__init__.py", "lib/util.py", "vendor/simplejson/__init__.py", "tools/run.py"})
+
+
+def baseline_ctx(**fields) -> Context:
+    from agent_code.tasks.protected import ancestors, package_dirs
+
+    tests = [p for p in BASELINE if "/tests/" in p]
+    return Context(test_files=("**/tests/**",), test_ancestors=ancestors(tests), packages=package_dirs(BASELINE),
+                   tracked=BASELINE, **fields)
+
+
+def test_which_directories_are_packages_is_judged_after_the_change():
+    ctx = baseline_ctx()
+    assert check([Change("pkg/statistics.py", "A")], ctx) == {}                 # pkg.statistics
+    assert check([Change("pkg/__init__.py", "D"), Change("pkg/statistics.py", "A")], ctx) == {
+        "pkg/__init__.py": "package above the tests", "pkg/statistics.py": "shadowing module"}
+    assert check([Change("pkg/tests/__init__.py", "D")], ctx) == {"pkg/tests/__init__.py": "test file"}
+    assert check([Change("pkg/__init__.py", "T", "100644", "120000")], ctx) == {
+        "pkg/__init__.py": "package above the tests"}
+    assert check([Change("pkg/__init__.py", "M")], ctx) == {}                  # editing it is code
+    # a package that holds no test may stop being one, but then what is in it may shadow
+    assert check([Change("lib/__init__.py", "D"), Change("lib/new.py", "A")], ctx) == {}
+    assert check([Change("lib/__init__.py", "D"), Change("lib/json.py", "A")], ctx) == {"lib/json.py": "shadowing module"}
+    assert check([Change("lib/json.py", "A")], ctx) == {}
+
+
+def test_names_the_project_imports_but_lacks_are_not_planted():
+    ctx = baseline_ctx(baseline_imports=frozenset({"simplejson", "calc_plugin"}))
+    for path in ("simplejson.py", "simplejson/__init__.py", "simplejson/encoder.py", "tools/simplejson.py",
+                 "calc_plugin.py"):
+        assert check([Change(path, "A")], ctx) == {path: "shadowing module"}, path
+    assert check([Change("pkg/simplejson.py", "A")], ctx) == {}                # pkg.simplejson
+    assert check([Change("vendor/simplejson/speedups.py", "A")], ctx) == {}    # the project's own copy grows
+    assert check([Change("helpers.py", "A"), Change("tools/other.py", "A")], ctx) == {}
+    assert new_names([Change("simplejson/encoder.py", "A"), Change("pkg/x.py", "A"), Change("tools/y.py", "A"),
+                      Change("vendor/simplejson/z.py", "A"), Change("README.md", "A")], ctx) == {
+        "simplejson", "encoder", "y"}     # a new directory without __init__.py may be a sys.path entry
+
+
+def test_which_baseline_lines_import_a_name():
+    lines = ["try:", "    import simplejson as json", "from pkg.ujson import x", "import os, yaml",
+             "PLUGINS = ['calc_plugin', \"other.sub\"]", "# orjson is faster", "import_module('tomlkit')",
+             "from . import msgpack"]
+    names = {"simplejson", "ujson", "yaml", "calc_plugin", "other", "orjson", "tomlkit", "msgpack", "json5"}
+    assert imported_names(lines, names) == {"simplejson", "yaml", "calc_plugin", "other", "tomlkit", "msgpack"}
+
+
+def test_what_the_runner_collects_comes_from_the_config_and_the_command():
+    configs = {"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["check_*.py", "t_*.py"]\n',
+               "pytest.ini": "[pytest]\npython_files =\n    spec_*.py\n    *_spec.py\n",
+               "setup.cfg": "[tool:pytest]\npython_files = cfg_*.py\n", "tox.ini": "[tox]\nenvlist = py3\n",
+               "pytest.toml": "this is [not toml"}
+    assert configured_test_globs(configs) == ("**/spec_*.py", "**/*_spec.py", "**/check_*.py", "**/t_*.py",
+                                              "**/cfg_*.py")
+    assert configured_test_globs({"pytest.toml": '[pytest]\npython_files = "a_*.py"\n'}) == ("**/a_*.py",)
+    assert command_test_globs("python -m unittest discover -s src -p 'chk*.py'") == ("**/chk*.py",)
+    assert command_test_globs("python -m unittest discover --pattern=x*.py") == ("**/x*.py",)
+    assert command_test_globs("python -m pytest -p no:cacheprovider") == ()
+    ctx = Context(collected=("**/check_*.py",))
+    assert check([Change("a/check_x.py", "A"), Change("a/check_y.py", "M")], ctx) == {"a/check_x.py": "new test module"}
+
+
+def test_every_test_named_directory_above_a_test_is_support():
+    assert dirs_of_tests(["pkg/testing/tests/test_a.py", "spec/test_b.py", "x/tests/unit/test_c.py", "pkg/calc.py"],
+                     ("**/test_*.py",)) == {"pkg/testing/tests", "pkg/testing", "spec", "x/tests"}
+
+
+def test_an_expected_failure_does_not_show_a_fix():
+    results = {"f2p": {"XFAIL"}, "p2p": {"XFAIL"}, "f2p_xpass": {"XPASS"}, "f2p_mixed": {"PASSED", "XFAIL"},
+               "p2p_ok": {"PASSED"}, "p2p_bad": {"PASSED", "FAILED"}}
+    ids = list(results)
+    assert decide(ids, results, strict=["f2p", "f2p_xpass", "f2p_mixed"]) == (
+        ["p2p", "f2p_xpass", "p2p_ok"], ["f2p", "f2p_mixed", "p2p_bad"])
+    assert decide(ids, results)[0] == ["f2p", "p2p", "f2p_xpass", "f2p_mixed", "p2p_ok"]
 
 
 def test_links_submodules_grader_paths_and_installed_names():

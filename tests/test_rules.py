@@ -258,6 +258,9 @@ def test_declining_tells_the_model_the_user_said_no():
     ("*.env", ".env", True), ("*.env", "prod.env", True), ("*.env", "config/prod.env", True), (".env", "a/.env", True),
     ("src/*.py", "src/a.py", True), ("src/*.py", "src/sub/a.py", False), ("src/**/*.py", "src/sub/a.py", True),
     ("src/**/*.py", "src/a.py", True), ("docs/?.md", "docs/a.md", True), ("docs/?.md", "docs/ab.md", False),
+    # a newline (or any control character) in a name is a character like any other
+    ("secrets/**", "secrets/a\nb", True), ("*.env", "a\nb/prod.env", True), ("secrets", "x\ny/secrets/k", True),
+    ("src/**/*.py", "src/a\nb/c.py", True), ("docs/?.md", "docs/\n.md", True),
 ])
 def test_path_globs(pattern, path, matches):
     assert path_matches(pattern, path) is matches

@@ -289,7 +289,7 @@ def path_matches(pattern: str, path: str) -> bool:
     anchored = "/" in pattern.rstrip("/")
     pattern = pattern.strip("/")
     regex = ("" if anchored else "(?:.*/)?") + glob_regex(pattern) + "(?:/.*)?"
-    return re.fullmatch(regex, path) is not None
+    return re.fullmatch(regex, path, re.DOTALL) is not None
 
 
 def relative_path(path: str, root: Path | None) -> str:

@@ -40,7 +40,7 @@ import json
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
@@ -133,6 +133,25 @@ async def _lines(box: Sandbox, cmd: str, what: str, env: Mapping[str, str]) -> l
     return [p for p in result.stdout.split("\0") if p]
 
 
+async def _baseline_files(box: Sandbox, baseline: str, names: Sequence[str]) -> dict[str, str]:
+    """``{name: text}`` of files at the root of the baseline commit."""
+    out: dict[str, str] = {}
+    for name in names:
+        shown = await box.exec(f"git show {shlex.quote(f'{baseline}:{name}')}", user="agent", timeout=60,
+                               cwd=box.workdir)
+        if shown.ok:
+            out[name] = shown.stdout
+    return out
+
+
+async def _mentions(box: Sandbox, baseline: str, names: frozenset[str]) -> list[str]:
+    """Lines of the baseline that name any of ``names`` (fixed strings), at most ~4 MB of them."""
+    patterns = " ".join(f"-e {shlex.quote(n)}" for n in sorted(names))
+    found = await box.exec(f"git grep -h -I -F --no-color {patterns} {baseline} -- | head -c 4000000",
+                           user="agent", timeout=120, cwd=box.workdir)
+    return found.stdout.splitlines()
+
+
 async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
                  rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str]]:
     """Apply ``diff`` to the working tree, less every path a rule of ``protected.py`` refuses.
@@ -153,21 +172,35 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     changes = protected.parse_raw_diff(raw.stdout)
     tracked = await _lines(box, f"git ls-tree -r -z --name-only {baseline}", "listing the baseline", index)
     tests = protected.patch_paths(task.test_patch)
+    command = task.eval_cmd or task.test_cmd or ""
+    configs = await _baseline_files(box, baseline, [n for n, _ in protected.PYTEST_CONFIGS if n in tracked])
     context = protected.Context(
         test_files=tuple(task.test_files), test_patch_paths=tests,
-        grader_paths=protected.command_paths(task.eval_cmd or task.test_cmd or "", task.tests),
+        collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
+        + protected.command_test_globs(command),
+        grader_paths=protected.command_paths(command, task.tests),
         test_dirs=protected.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
         packages=protected.package_dirs(tracked),
         path_dirs=frozenset({""}) | machine.path_dirs,
-        shadowable=protected.default_shadowable(machine.modules))
+        shadowable=protected.default_shadowable(machine.modules),
+        tracked=frozenset(tracked))
+    names = protected.new_names(changes, context)
+    if names:
+        lines = await _mentions(box, baseline, names)
+        context = replace(context, baseline_imports=protected.imported_names(lines, names))
     refused = protected.check(changes, context, rules)
     if refused:
         listfile = f"{box.home}/.agent-code-refused"
         await box.write_file(listfile, "\0".join(refused) + "\0", user="agent")
         await run_step(box, f"git --literal-pathspecs reset -q {baseline} --pathspec-from-file={q(listfile)}"
                        " --pathspec-file-nul", "leaving out the refused changes", user="agent", env=index)
+        left = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
+                              "listing the agent's changes", user="agent", env=index)
+        stuck = sorted({c.path for c in protected.parse_raw_diff(left.stdout)} & set(refused))
+        if stuck:
+            raise TaskError(f"could not leave out the refused change(s) {stuck!r}")
     allowed = f"{box.home}/allowed.diff"
     await run_step(box, f"git diff --cached {DIFF_FLAGS} {baseline} -- > {q(allowed)}"
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
@@ -222,8 +255,20 @@ def parse_test_results(output: str) -> dict[str, set[str]]:
     return results
 
 
-def decide(ids: Sequence[str], results: Mapping[str, set[str]]) -> tuple[list[str], list[str]]:
-    passed = [t for t in ids if results.get(t, set()) & PASSING and not results[t] & FAILING]
+def decide(ids: Sequence[str], results: Mapping[str, set[str]], strict: Sequence[str] = ()
+           ) -> tuple[list[str], list[str]]:
+    """(passed, failed) of ``ids``. An id passes when reported PASSED, XFAIL or XPASS and never
+    FAILED or ERROR; the ``strict`` ones (FAIL_TO_PASS: what shows the fix) pass only as PASSED or
+    XPASS: an expected failure is still a failure, and ``pytest.xfail()`` is one call away for
+    the code under test."""
+    strict_set = set(strict)
+
+    def ok(test: str) -> bool:
+        got = results.get(test, set())
+        good = got & (PASSING - {"XFAIL"} if test in strict_set else PASSING)
+        return bool(good) and not got & FAILING and not (test in strict_set and "XFAIL" in got)
+
+    passed = [t for t in ids if ok(t)]
     return passed, [t for t in ids if t not in passed]
 
 
@@ -280,7 +325,8 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
                         refused=refused)
         if task.eval_cmd:
             return done(1.0 if result.ok else 0.0, output=output, refused=refused)
-        passed, failed_ids = decide(task.tests, parse_test_results(result.stdout + "\n" + result.stderr))
+        passed, failed_ids = decide(task.tests, parse_test_results(result.stdout + "\n" + result.stderr),
+                                    strict=task.fail_to_pass)
         if partial:
             reward = len(passed) / len(task.tests)
         else:

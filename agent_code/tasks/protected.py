@@ -22,7 +22,8 @@ import posixpath
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Callable, Iterable
 
 from agent_code.globs import glob_regex
@@ -42,7 +43,10 @@ PACKAGING_FILES = frozenset({"setup.py", "entry_points.txt", "top_level.txt", "r
 GIT_FILES = frozenset({".gitattributes", ".gitmodules", ".gitignore", ".mailmap"})
 ENVIRONMENT_DIRS = frozenset({"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox",
                               "__pypackages__", ".eggs"})
-TEST_DIR_NAMES = frozenset({"tests", "test", "testing"})
+# Files a test runner collects (imports) as test modules wherever they are: pytest's defaults and
+# unittest discovery's ``test*.py``. A new one is a test module the task never had.
+RUNNER_TEST_FILES: tuple[str, ...] = ("**/test*.py", "**/*_test.py")
+TEST_DIR_NAMES = frozenset({"tests", "test", "testing", "_testing", "spec", "specs"})
 MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd")
 BINARY_MODULE_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib")
 
@@ -68,6 +72,7 @@ class Change:
 class Context:
     """What the rules know about the task and the grading machine."""
     test_files: tuple[str, ...] = ()                    # the task's test globs
+    collected: tuple[str, ...] = RUNNER_TEST_FILES      # what the runner imports as tests (new files)
     test_patch_paths: frozenset[str] = frozenset()      # files the hidden tests add or change
     grader_paths: frozenset[str] = frozenset()          # files the grader command names
     test_dirs: frozenset[str] = frozenset()             # directories holding the task's tests
@@ -75,6 +80,19 @@ class Context:
     packages: frozenset[str] = frozenset()              # directories with an __init__.py at the baseline
     path_dirs: frozenset[str] = frozenset({""})         # workspace directories on the grader's sys.path
     shadowable: frozenset[str] = field(default_factory=lambda: default_shadowable())
+    tracked: frozenset[str] = frozenset()               # every file of the baseline
+    baseline_imports: frozenset[str] = frozenset()      # names the baseline imports (it may lack them)
+    deleted: frozenset[str] = frozenset()               # files the change deletes (check() fills it)
+
+    @property
+    def live_packages(self) -> frozenset[str]:
+        """The baseline's packages that keep their ``__init__.py`` after the change."""
+        gone = {posixpath.dirname(p) for p in self.deleted if posixpath.basename(p) == "__init__.py"}
+        return self.packages - gone
+
+    def existed(self, path: str) -> bool:
+        """Whether the baseline had ``path`` as a directory, or a module ``path.py`` (``.so``, ...)."""
+        return path in _dirs_of(self.tracked) or any(path + s in self.tracked for s in MODULE_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -92,33 +110,61 @@ def default_shadowable(installed: Iterable[str] = ()) -> frozenset[str]:
 
 
 def matches_any(path: str, globs: Iterable[str]) -> bool:
-    """Whether ``path`` or one of its parent directories matches a glob."""
+    """Whether ``path`` or one of its parent directories matches a glob (a name's newline too:
+    ``**`` and ``*`` match every character but ``/``)."""
     parts = path.split("/")
     candidates = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
     for pattern in globs:
-        rx = re.compile(glob_regex(pattern.lstrip("/").removeprefix("./").rstrip("/")) + r"\Z")
+        rx = re.compile(glob_regex(pattern.lstrip("/").removeprefix("./").rstrip("/")) + r"\Z", re.DOTALL)
         if any(rx.match(c) for c in candidates):
             return True
     return False
 
 
-def top_level_module(change: Change, packages: frozenset[str], path_dirs: frozenset[str] = frozenset({""})
-                     ) -> str | None:
-    """The top-level module name ``change.path`` may define: a file or package whose directory is
-    on the grader's ``sys.path`` (``path_dirs``: the root, ``src/`` on a ``PYTHONPATH``) or is not
-    inside a package that existed at the baseline (pytest puts a test file's first non-package
-    directory on ``sys.path``). None inside a baseline package off the path (``pkg/json.py`` is
-    ``pkg.json`` and shadows nothing). A package the change itself adds counts for nothing: an
-    ``__init__.py`` does not take a directory off ``sys.path``."""
-    parent = posixpath.dirname(change.path)
+@lru_cache(maxsize=8)
+def _dirs_of(tracked: frozenset[str]) -> frozenset[str]:
+    return ancestors(tracked)
+
+
+def importable_names(change: Change, ctx: Context) -> list[tuple[str, bool]]:
+    """The top-level names under which python may import ``change.path`` or the package it
+    extends, each with whether the baseline lacked it there (a new name): ``[("json", True)]``.
+
+    Any directory may be an entry of the grader's ``sys.path`` — ``path_dirs`` (the root, a
+    ``PYTHONPATH`` entry) and every directory that is not a package after the change (pytest
+    puts a test file's first non-package directory there; deleting an ``__init__.py`` makes one)
+    — and from each such entry ``D`` the file is reached through the first component below it.
+    That component is skipped when it is a package of the baseline that keeps its
+    ``__init__.py`` (``pkg/json.py`` is ``pkg.json``); a directory without one is a namespace
+    package whose portions merge with an installed one (``opentelemetry/context/__init__.py``
+    extends the installed ``opentelemetry``). A package the change itself adds counts for
+    nothing: an ``__init__.py`` does not take a directory off ``sys.path``."""
+    parts = change.path.split("/")
     if change.name == "__init__.py":
-        if not parent:
-            return None
-        grand = posixpath.dirname(parent)
-        return None if grand in packages and grand not in path_dirs else posixpath.basename(parent)
-    if not change.name.endswith(MODULE_SUFFIXES) or (parent in packages and parent not in path_dirs):
-        return None
-    return change.name.split(".", 1)[0]
+        comps = parts[:-1]
+    elif change.name.endswith(MODULE_SUFFIXES):
+        comps = [*parts[:-1], change.name.split(".", 1)[0]]
+    else:
+        return []
+    packages = ctx.live_packages
+    names: list[tuple[str, bool]] = []
+    for i, name in enumerate(comps):
+        entry = "/".join(parts[:i])
+        if entry in packages and entry not in ctx.path_dirs:
+            continue                                     # not on sys.path: inside a package
+        target = "/".join(parts[:i + 1]) if i < len(parts) - 1 else posixpath.join(entry, name)
+        if i < len(comps) - 1 and target in packages:
+            continue                                     # a submodule of the project's own package
+        names.append((name, not ctx.existed(target)))
+    return names
+
+
+def _shadows(change: Change, ctx: Context) -> bool:
+    return change.status == "A" and any(
+        name in ctx.shadowable or (new and name in ctx.baseline_imports) for name, new in importable_names(change, ctx))
+
+
+_ODD = re.compile(r"[\x00-\x1f\x7f\ufffd\ud800-\udfff]")
 
 
 def _in_test_dir(change: Change, ctx: Context) -> bool:
@@ -126,13 +172,18 @@ def _in_test_dir(change: Change, ctx: Context) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("odd path", "a control character (a newline, an escape) or bytes that are not UTF-8 in a name slip past "
+         "path patterns and hide in listings", lambda c, x: bool(_ODD.search(c.path))),
     Rule("test file", "the task's tests are graded as the task wrote them",
          lambda c, x: matches_any(c.path, x.test_files) or c.path in x.test_patch_paths),
+    Rule("new test module", "a new file the runner collects as tests (test*.py, the project's python_files, "
+         "a discover pattern) is imported in the test process",
+         lambda c, x: c.status == "A" and matches_any(c.path, x.collected)),
     Rule("test support", "a file beside the tests (a helper, an __init__.py) runs inside the test process",
          _in_test_dir),
-    Rule("package above the tests", "a new __init__.py above a test file (the root's included) is imported "
-         "by pytest before the tests",
-         lambda c, x: c.name == "__init__.py" and c.status == "A"
+    Rule("package above the tests", "an __init__.py added above a test file (the root's included) is imported "
+         "by pytest before the tests; one deleted there puts its directory on sys.path",
+         lambda c, x: c.name == "__init__.py" and c.status != "M"
          and posixpath.dirname(c.path) in x.test_ancestors),
     Rule("grader file", "a file the grading command names (a script, a test module) runs the grading",
          lambda c, x: c.path in x.grader_paths),
@@ -149,9 +200,8 @@ RULES: tuple[Rule, ...] = (
     Rule("bytecode or binary module", "compiled modules run without their source (unchecked .pyc, a .so "
          "that outranks the .py beside it)",
          lambda c, x: "__pycache__" in c.parts or c.name.endswith(BINARY_MODULE_SUFFIXES)),
-    Rule("shadowing module", "a new top-level module named like the runner, the standard library or an "
-         "installed package is imported in its place",
-         lambda c, x: c.status == "A" and (top_level_module(c, x.packages, x.path_dirs) or "") in x.shadowable),
+    Rule("shadowing module", "a new module reachable as a top-level name of the runner, the standard library, an "
+         "installed package, or a module the project imports but lacks is imported in its place", _shadows),
     Rule("symlink or submodule", "a link can point the grader at other content; a submodule at another repo",
          lambda c, x: c.new_mode in (SYMLINK_MODE, SUBMODULE_MODE) or c.old_mode == SUBMODULE_MODE),
     Rule("git metadata", "attributes, ignores and module maps change what git applies and restores",
@@ -163,6 +213,8 @@ def check(changes: Iterable[Change], ctx: Context, rules: Iterable[Rule] = RULES
     """``{path: rule name}`` for every change some rule refuses (the first rule that matches)."""
     refused: dict[str, str] = {}
     rules = tuple(rules)
+    changes = list(changes)
+    ctx = replace(ctx, deleted=ctx.deleted | {c.path for c in changes if c.status == "D"})
     for change in changes:
         for rule in rules:
             if rule.matches(change, ctx):
@@ -194,6 +246,82 @@ def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(found)
 
 
+PYTEST_CONFIGS = (("pytest.toml", "pytest"), (".pytest.toml", "pytest"), ("pytest.ini", "pytest"),
+                   (".pytest.ini", "pytest"), ("pyproject.toml", "tool.pytest"), ("tox.ini", "pytest"),
+                   ("setup.cfg", "tool:pytest"))
+
+
+def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
+    """The ``python_files`` patterns of the project's pytest configuration (``{file name:
+    text}`` of the root's config files), as globs at any depth: the files pytest collects
+    (imports) as tests beside the usual ``test_*.py``."""
+    import configparser
+    import tomllib
+
+    globs: list[str] = []
+    for name, section in PYTEST_CONFIGS:
+        text = configs.get(name)
+        if text is None:
+            continue
+        value: object = None
+        try:
+            if name.endswith(".toml"):
+                table = tomllib.loads(text)
+                if name == "pyproject.toml":
+                    table = table.get("tool", {}).get("pytest", {})
+                    table = table.get("ini_options", table)
+                else:
+                    table = table.get("pytest", table)
+                value = table.get("python_files")
+            else:
+                parser = configparser.ConfigParser(interpolation=None)
+                parser.read_string(text)
+                value = parser.get(section, "python_files", fallback=None)
+        except (ValueError, configparser.Error, AttributeError):
+            continue
+        words = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
+        globs.extend(w if w.startswith("**/") else "**/" + w for w in words if isinstance(w, str) and w)
+    return tuple(globs)
+
+
+def command_test_globs(command: str) -> tuple[str, ...]:
+    """Discovery patterns a grading command names: ``unittest discover -p PATTERN``
+    (``--pattern``), as globs at any depth (unittest's own ``test*.py`` is a default glob)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if not any("unittest" in w for w in words):
+        return ()
+    found = []
+    for i, word in enumerate(words):
+        if word in ("-p", "--pattern") and i + 1 < len(words):
+            found.append(words[i + 1])
+        elif word.startswith("--pattern="):
+            found.append(word.split("=", 1)[1])
+    return tuple("**/" + p for p in found if p)
+
+
+def imported_names(lines: Iterable[str], names: Iterable[str]) -> frozenset[str]:
+    """Which of ``names`` the baseline's ``lines`` ask python for: as a top-level name on a line
+    that imports (``import simplejson``, ``from yaml import x``, ``import_module("ujson")``), or
+    quoted anywhere (``INSTALLED_APPS = ["myapp"]``, ``"plugin:main"``), which is how names
+    reach an import by string."""
+    importing = "\n".join(line for line in lines if "import" in line)
+    text = "\n".join(lines)
+    return frozenset(n for n in names
+                     if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", importing)
+                     or re.search(rf"[\"']{re.escape(n)}[\"'.:]", text))
+
+
+def new_names(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
+    """The top-level names the change's added modules would bring that the baseline lacked."""
+    changes = list(changes)
+    deleted = ctx.deleted | {c.path for c in changes if c.status == "D"}
+    ctx = replace(ctx, deleted=deleted)
+    return frozenset(name for c in changes if c.status == "A" for name, new in importable_names(c, ctx) if new)
+
+
 def patch_paths(patch: str | None) -> frozenset[str]:
     """Files a unified diff (a task's ``test_patch``) adds or changes."""
     found: set[str] = set()
@@ -206,18 +334,17 @@ def patch_paths(patch: str | None) -> frozenset[str]:
 
 
 def test_dirs(tracked: Iterable[str], ctx_test_files: Iterable[str], extra: Iterable[str] = ()) -> frozenset[str]:
-    """Directories named like test directories (``tests``, ``test``, ``testing``) that hold a
-    test file, at any depth: what is beside the tests there is the tests' own support code."""
+    """Directories named like test directories (``tests``, ``testing``, ``spec``, ...) that hold
+    a test file at any depth, each of them (``pkg/testing/`` above ``pkg/testing/tests/``): what
+    is beside the tests there is the tests' own support code."""
     globs = tuple(ctx_test_files)
     dirs: set[str] = set()
     for path in [*tracked, *extra]:
         if not (matches_any(path, globs) or path in extra):
             continue
         parts = path.split("/")[:-1]
-        for depth in range(len(parts), 0, -1):
-            if parts[depth - 1].lower() in TEST_DIR_NAMES:
-                dirs.add("/".join(parts[:depth]))
-                break
+        dirs.update("/".join(parts[:depth]) for depth in range(len(parts), 0, -1)
+                    if parts[depth - 1].lower() in TEST_DIR_NAMES)
     return frozenset(dirs)
 
 

@@ -43,8 +43,9 @@ from agent_code.jsonl import read_jsonl
 
 # Which files count as tests: restored to their baseline content before grading, so an agent
 # cannot "solve" a task by editing the tests. ``**/`` also matches the top level.
-DEFAULT_TEST_FILES: tuple[str, ...] = ("**/tests/**", "**/test/**", "**/test_*.py", "**/*_test.py",
-                                       "**/conftest.py")
+# pytest's own patterns, unittest discovery's ``test*.py`` and the directories of test helpers.
+DEFAULT_TEST_FILES: tuple[str, ...] = ("**/tests/**", "**/test/**", "**/testing/**", "**/_testing/**",
+                                       "**/test_*.py", "**/*_test.py", "**/test*.py", "**/conftest.py")
 
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
 
