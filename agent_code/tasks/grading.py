@@ -7,10 +7,12 @@ Steps, each in a sandbox that never saw the agent run:
 2. apply the agent's diff to a scratch index over the baseline — if it does not apply,
    ``applied_cleanly`` is False and the reward 0; an empty diff is graded as it is — and list every
    path it touches (nothing is staged from the tree, so no ``.gitignore`` hides a file);
-3. refuse every path a rule of ``protected.py`` matches (the task's test files, runner config,
-   conftest files, packaging and entry points, ``.pth``/customize hooks, bytecode, modules that
-   shadow the runner or the standard library, symlinks, git metadata, ...): those stay as they
-   were at the baseline, are listed in ``Grade.rejected_paths``, and the rest is applied;
+3. refuse every path a rule of ``protected.py`` matches (the task's test files, new files the
+   runner would collect, runner config, conftest files, packaging and entry points,
+   ``.pth``/customize hooks, bytecode, modules that shadow the runner, the standard library or a
+   name the project imports, package markers above the tests, symlinks, git metadata, odd names,
+   ...): those stay as they were at the baseline, are listed in ``Grade.rejected_paths``, and
+   the rest is applied (reward 0 if one cannot be put back);
 4. apply the task's ``test_patch`` (hidden tests the agent never saw), if any;
 5. run the grader as the agent user (it runs the agent's code, which must never run as root),
    with pytest plugins only from the machine (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` and each of the
@@ -22,8 +24,9 @@ Steps, each in a sandbox that never saw the agent run:
      substituted for ``{tests}`` when the command contains that), and each id is decided from the
      output, read as pytest reports results: the ``-rA`` short summary (``PASSED <id>``,
      ``FAILED <id> - ...``) or ``-v`` lines (``<id> PASSED [ 50%]``). An id passes when it is
-     reported PASSED, XFAIL or XPASS and never FAILED or ERROR; one not reported at all (not
-     collected, skipped, the run crashed) fails. So a ``test_cmd`` must make pytest print those
+     reported PASSED, XFAIL or XPASS and never FAILED or ERROR — a FAIL_TO_PASS id not as XFAIL,
+     which the unfixed code can cause; one not reported at all (not collected, skipped, the run
+     crashed) fails. So a ``test_cmd`` must make pytest print those
      lines: ``python -m pytest -rA``. The reward is 1 when every id passes (0 otherwise), or with
      ``partial=True`` the fraction that pass.
 
