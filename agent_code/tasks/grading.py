@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
-from agent_code.tasks import protected
+from agent_code.tasks import guard, protected
 from agent_code.tasks.protected import matches_any  # noqa: F401  (the task-glob matcher, re-exported)
 from agent_code.tasks.task import Task, TaskError
 from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, prepare_workspace, run_step
@@ -156,12 +156,12 @@ async def _mentions(box: Sandbox, baseline: str, names: frozenset[str]) -> list[
 
 
 async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
-                 rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str]]:
+                 rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str], frozenset[str]]:
     """Apply ``diff`` to the working tree, less every path a rule of ``protected.py`` refuses.
 
     The diff goes into a scratch index first (over the baseline), never through ``git add``, so
     every path it touches is seen, ignored or not. Returns (the failed ``git apply``, or None;
-    ``{refused path: rule}``)."""
+    ``{refused path: rule}``; the new top-level names of what is applied, for the import guard)."""
     q = shlex.quote
     index = {"GIT_INDEX_FILE": f"{box.home}/.agent-code-grading-index"}
     patch = f"{box.home}/agent.diff"
@@ -169,7 +169,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     applied = await box.exec(f"git read-tree {baseline} && git apply --cached --whitespace=nowarn {q(patch)}",
                              user="agent", env={**GIT_ENV, **index}, timeout=120, cwd=box.workdir)
     if not applied.ok:
-        return applied, {}
+        return applied, {}, frozenset()
     raw = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
                          "listing the agent's changes", user="agent", env=index)
     changes = protected.parse_raw_diff(raw.stdout)
@@ -208,7 +208,8 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     await run_step(box, f"git diff --cached {DIFF_FLAGS} {baseline} -- > {q(allowed)}"
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
                    "applying the agent's change", user="agent", env=index)
-    return None, dict(sorted(refused.items()))
+    taken = protected.new_names([c for c in changes if c.path not in refused], context)
+    return None, dict(sorted(refused.items())), taken
 
 
 def grader_env(command: str, machine: _Machine, box: Sandbox, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -220,11 +221,11 @@ def grader_env(command: str, machine: _Machine, box: Sandbox, env: Mapping[str, 
     out.update(PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=f"{box.home}/.agent-code-pycache",
                PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     plugins = [f"-p {shlex.quote(name)}" for name in machine.pytest_plugins]
+    boot_dir = f"{box.home}/.agent-code-grader"     # the boot plugin and the import guard
+    out["PYTHONPATH"] = boot_dir + (":" + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
     if _PYTEST_MODULE.search(command):
         out["PYTHONSAFEPATH"] = "1"
         plugins.append(f"-p {BOOT_PLUGIN_NAME}")
-        boot_dir = f"{box.home}/.agent-code-grader"
-        out["PYTHONPATH"] = boot_dir + (":" + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
     out["PYTEST_ADDOPTS"] = " ".join([*plugins, out.get("PYTEST_ADDOPTS", "")]).strip()
     return out
 
@@ -302,9 +303,10 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
         workspace = await prepare_workspace(box, task, env=env, setup_timeout=setup_timeout, write_problem=False)
         machine = await _probe(box, env)
         refused: dict[str, str] = {}
+        guarded: frozenset[str] = frozenset()
         try:
             if diff.strip():
-                failed, refused = await _stage(box, task, workspace.baseline, diff, machine, rules)
+                failed, refused, guarded = await _stage(box, task, workspace.baseline, diff, machine, rules)
                 if failed is not None:
                     return done(0.0, applied=False, failed=list(task.tests), output=failed.output(OUTPUT_LIMIT),
                                 error="the diff does not apply to the task's repository")
@@ -318,8 +320,9 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
                         refused=refused)
 
         command = task.eval_cmd or build_test_command(task.test_cmd or "", task.tests)
-        boot = f"{box.home}/.agent-code-grader/{BOOT_PLUGIN_NAME}.py"
-        await box.write_file(boot, _BOOT_PLUGIN, user="agent")
+        boot = f"{box.home}/.agent-code-grader"
+        await box.write_file(f"{boot}/{BOOT_PLUGIN_NAME}.py", _BOOT_PLUGIN, user="agent")
+        await box.write_file(f"{boot}/{guard.MODULE_NAME}.py", guard.guard_source(guarded, box.workdir), user="agent")
         result = await box.exec(command, user="agent", env=grader_env(command, machine, box, env), timeout=timeout,
                                 cwd=box.workdir)
         output = result.output(OUTPUT_LIMIT)
