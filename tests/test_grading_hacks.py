@@ -13,7 +13,8 @@ import pytest
 from agent_code.tasks import Task, grade, prepare_workspace
 from agent_code.tasks.grading import decide
 from agent_code.tasks.protected import (RULES, Change, Context, check, command_paths, command_test_globs,
-                                        configured_test_globs, default_shadowable, imported_names, new_names)
+                                        configured_test_globs, default_shadowable, grader_paths, imported_names,
+                                        new_names)
 from agent_code.tasks.protected import test_dirs as dirs_of_tests
 from hacks import HACKS, Hack, unchecked_pyc
 from test_tasks import CALC, ENV, calc_task, make_box, write_tree
@@ -199,18 +200,36 @@ def test_which_baseline_lines_import_a_name():
 
 
 def test_what_the_runner_collects_comes_from_the_config_and_the_command():
-    configs = {"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["check_*.py", "t_*.py"]\n',
-               "pytest.ini": "[pytest]\npython_files =\n    spec_*.py\n    *_spec.py\n",
+    configs = {"pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["check_*.py", "t_*.py"]\n'
+                                 'addopts = ["--doctest-glob=*.rst"]\n',
+               "pytest.ini": "[pytest]\npython_files =\n    spec_*.py\n    *_spec.py\n"
+                             "addopts = -q --doctest-glob 'notes*.md'\n",
                "setup.cfg": "[tool:pytest]\npython_files = cfg_*.py\n", "tox.ini": "[tox]\nenvlist = py3\n",
                "pytest.toml": "this is [not toml"}
     assert configured_test_globs(configs) == ("**/spec_*.py", "**/*_spec.py", "**/check_*.py", "**/t_*.py",
-                                              "**/cfg_*.py")
+                                              "**/cfg_*.py", "**/notes*.md", "**/*.rst")
     assert configured_test_globs({"pytest.toml": '[pytest]\npython_files = "a_*.py"\n'}) == ("**/a_*.py",)
+    assert configured_test_globs({"setup.cfg": "[tool:pytest]\naddopts = --doctest-modules\n"}) == ("**/*.py",)
     assert command_test_globs("python -m unittest discover -s src -p 'chk*.py'") == ("**/chk*.py",)
     assert command_test_globs("python -m unittest discover --pattern=x*.py") == ("**/x*.py",)
     assert command_test_globs("python -m pytest -p no:cacheprovider") == ()
+    assert command_test_globs("bash -c 'python -m pytest --doctest-modules src'") == ("**/*.py",)
     ctx = Context(collected=("**/check_*.py",))
     assert check([Change("a/check_x.py", "A"), Change("a/check_y.py", "M")], ctx) == {"a/check_x.py": "new test module"}
+    # pytest's own default doctest glob is test*.txt: every new test* file is refused
+    assert check([Change("test_notes.txt", "A"), Change("docs/testdata/x.json", "A"), Change("notes.txt", "A")],
+                 Context()) == {"test_notes.txt": "new test module", "docs/testdata/x.json": "new test module"}
+
+
+def test_the_grading_commands_scripts_and_what_they_run_are_the_grader():
+    assert command_paths("bash -c 'sh ci/run_tests.sh -x && python check.py'") == {"ci/run_tests.sh", "check.py"}
+    scripts = {"ci/run_tests.sh": "#!/bin/sh\n. ci/env.sh\nbash ci/lib/run\n", "ci/env.sh": "export X=1\n",
+               "ci/lib/run": "exec python -m pytest -q tests \"$@\"  # don't stop\nsh ci/run_tests.sh\n"}
+    assert grader_paths("bash ci/run_tests.sh", ["t/test_a.py::test_b"], scripts) == {
+        "ci/run_tests.sh", "ci/env.sh", "ci/lib/run", "t/test_a.py"}
+    assert grader_paths("bash ci/run_tests.sh", [], {}) == {"ci/run_tests.sh"}   # not read (yet): as named
+    assert check([Change("package.json", "M"), Change("web/Justfile", "M")], Context()) == {
+        "package.json": "runner config", "web/Justfile": "runner config"}
 
 
 def test_every_test_named_directory_above_a_test_is_support():

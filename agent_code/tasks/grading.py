@@ -177,18 +177,33 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     tests = protected.patch_paths(task.test_patch)
     command = task.eval_cmd or task.test_cmd or ""
     configs = await _baseline_files(box, baseline, [n for n, _ in protected.PYTEST_CONFIGS if n in tracked])
+    scripts: dict[str, str | None] = {}
+
+    async def read_scripts(paths: Sequence[str]) -> None:
+        wanted = [p for p in paths if p not in scripts]
+        got = await _baseline_files(box, baseline, [p for p in wanted if p in tracked_set])
+        scripts.update({p: got.get(p) for p in wanted})
+
+    tracked_set = frozenset(tracked)
+    found = protected.command_paths(command, task.tests)
+    for _ in range(4):      # scripts that the grading command's scripts run, four deep
+        await read_scripts(protected.shell_scripts(found))
+        more = protected.grader_paths(command, task.tests, scripts)
+        if more == found:
+            break
+        found = more
     context = protected.Context(
         test_files=tuple(task.test_files), test_patch_paths=tests,
         collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
         + protected.command_test_globs(command),
-        grader_paths=protected.command_paths(command, task.tests),
+        grader_paths=found,
         test_dirs=protected.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
         packages=protected.package_dirs(tracked),
         path_dirs=frozenset({""}) | machine.path_dirs,
         shadowable=protected.default_shadowable(machine.modules),
-        tracked=frozenset(tracked))
+        tracked=tracked_set)
     names = protected.new_names(changes, context)
     if names:
         lines = await _mentions(box, baseline, names)

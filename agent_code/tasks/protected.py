@@ -37,7 +37,8 @@ RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "p
                             "nose", "nose2", "hypothesis", "coverage"})
 RUNNER_CONFIGS = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
                             "setup.cfg", "tox.ini", "noxfile.py", "makefile", "gnumakefile", ".coveragerc",
-                            "conftest.py", ".env"})
+                            "conftest.py", ".env", "package.json", ".npmrc", "justfile", "taskfile.yml",
+                            "taskfile.yaml", "hatch.toml", "pixi.toml", "pdm.toml"})
 PACKAGING_FILES = frozenset({"setup.py", "entry_points.txt", "top_level.txt", "record", "metadata",
                              "pkg-info", "direct_url.json"})
 GIT_FILES = frozenset({".gitattributes", ".gitmodules", ".gitignore", ".mailmap"})
@@ -45,7 +46,8 @@ ENVIRONMENT_DIRS = frozenset({"site-packages", "dist-packages", ".venv", "venv",
                               "__pypackages__", ".eggs"})
 # Files a test runner collects (imports) as test modules wherever they are: pytest's defaults and
 # unittest discovery's ``test*.py``. A new one is a test module the task never had.
-RUNNER_TEST_FILES: tuple[str, ...] = ("**/test*.py", "**/*_test.py")
+# (pytest collects ``test*.txt`` as doctests by default: any new ``test*`` file is refused)
+RUNNER_TEST_FILES: tuple[str, ...] = ("**/test*", "**/*_test.py")
 TEST_DIR_NAMES = frozenset({"tests", "test", "testing", "_testing", "spec", "specs"})
 MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd")
 BINARY_MODULE_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib")
@@ -176,11 +178,11 @@ RULES: tuple[Rule, ...] = (
          "path patterns and hide in listings", lambda c, x: bool(_ODD.search(c.path))),
     Rule("test file", "the task's tests are graded as the task wrote them",
          lambda c, x: matches_any(c.path, x.test_files) or c.path in x.test_patch_paths),
-    Rule("new test module", "a new file the runner collects as tests (test*.py, the project's python_files, "
-         "a discover pattern) is imported in the test process",
-         lambda c, x: c.status == "A" and matches_any(c.path, x.collected)),
     Rule("test support", "a file beside the tests (a helper, an __init__.py) runs inside the test process",
          _in_test_dir),
+    Rule("new test module", "a new file the runner collects as tests (test*, the project's python_files and "
+         "doctest options, a discover pattern) runs in the test process",
+         lambda c, x: c.status == "A" and matches_any(c.path, x.collected)),
     Rule("package above the tests", "an __init__.py added above a test file (the root's included) is imported "
          "by pytest before the tests; one deleted there puts its directory on sys.path",
          lambda c, x: c.name == "__init__.py" and c.status != "M"
@@ -225,18 +227,29 @@ def check(changes: Iterable[Change], ctx: Context, rules: Iterable[Rule] = RULES
 
 # --- building the context ---------------------------------------------------------------------
 
+def _words(command: str) -> list[str]:
+    """The shell words of ``command``, and those of every word that is itself a command line
+    (``bash -c 'sh ci/run.sh -x'``), depth first."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = [w for w in command.split() if not w.startswith("#")]
+    out: list[str] = []
+    for word in words:
+        out.append(word)
+        if any(c.isspace() for c in word) and word != command:
+            out.extend(_words(word))
+    return out
+
+
 def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
     """Repository-relative paths a grading command names: each word that looks like a file
-    (``bash run_tests.sh``, ``python check.py``, ``tests/test_x.py::test_y``), and the files of
-    ``ids`` (FAIL_TO_PASS / PASS_TO_PASS test ids)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
+    (``bash run_tests.sh``, ``python check.py``, ``tests/test_x.py::test_y``, those inside a
+    ``bash -c '…'`` script), and the files of ``ids`` (FAIL_TO_PASS / PASS_TO_PASS test ids)."""
     found: set[str] = set()
-    for word in [*words, *ids]:
+    for word in [*_words(command), *ids]:
         word = word.split("::", 1)[0].split("=", 1)[-1]
-        if not word or word.startswith("-") or word.startswith("/") or "$" in word:
+        if not word or word.startswith("-") or word.startswith("/") or "$" in word or any(c.isspace() for c in word):
             continue
         path = posixpath.normpath(word.removeprefix("./"))
         if path.startswith("..") or path == ".":
@@ -246,19 +259,41 @@ def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(found)
 
 
+SCRIPT_SUFFIXES = ("", ".sh", ".bash", ".zsh", ".ksh")
+
+
+def shell_scripts(paths: Iterable[str]) -> list[str]:
+    """The paths among ``paths`` that may be shell scripts (``.sh``, no suffix, …)."""
+    return sorted(p for p in paths if posixpath.splitext(p)[1] in SCRIPT_SUFFIXES)
+
+
+def grader_paths(command: str, ids: Iterable[str], scripts: dict[str, str | None]) -> frozenset[str]:
+    """:func:`command_paths`, and the paths that each shell script among them names in turn
+    (``run_tests.sh`` calling ``ci/helper.sh``), as far as ``scripts`` (``{path: the baseline's
+    text, or None}``) has read them."""
+    found = set(command_paths(command, ids))
+    todo = shell_scripts(found)
+    while todo:
+        named: set[str] = set()
+        for path in todo:
+            named |= command_paths(scripts.get(path) or "")
+        todo = shell_scripts(named - found)
+        found |= named
+    return frozenset(found)
+
+
 PYTEST_CONFIGS = (("pytest.toml", "pytest"), (".pytest.toml", "pytest"), ("pytest.ini", "pytest"),
-                   (".pytest.ini", "pytest"), ("pyproject.toml", "tool.pytest"), ("tox.ini", "pytest"),
-                   ("setup.cfg", "tool:pytest"))
+                  (".pytest.ini", "pytest"), ("pyproject.toml", "tool.pytest"), ("tox.ini", "pytest"),
+                  ("setup.cfg", "tool:pytest"))
 
 
-def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
-    """The ``python_files`` patterns of the project's pytest configuration (``{file name:
-    text}`` of the root's config files), as globs at any depth: the files pytest collects
-    (imports) as tests beside the usual ``test_*.py``."""
+def _pytest_option(configs: dict[str, str], option: str) -> list[str]:
+    """The words of ``option`` (``python_files``, ``addopts``) in the project's pytest
+    configuration (``{file name: text}`` of the root's config files)."""
     import configparser
     import tomllib
 
-    globs: list[str] = []
+    words: list[str] = []
     for name, section in PYTEST_CONFIGS:
         text = configs.get(name)
         if text is None:
@@ -272,34 +307,57 @@ def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
                     table = table.get("ini_options", table)
                 else:
                     table = table.get("pytest", table)
-                value = table.get("python_files")
+                value = table.get(option)
             else:
                 parser = configparser.ConfigParser(interpolation=None)
                 parser.read_string(text)
-                value = parser.get(section, "python_files", fallback=None)
+                value = parser.get(section, option, fallback=None)
         except (ValueError, configparser.Error, AttributeError):
             continue
-        words = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
-        globs.extend(w if w.startswith("**/") else "**/" + w for w in words if isinstance(w, str) and w)
-    return tuple(globs)
+        if isinstance(value, str):
+            words += _words(value) if option == "addopts" else value.split()
+        elif isinstance(value, list):
+            words += [w for w in value if isinstance(w, str)]
+    return words
+
+
+def _doctest_globs(words: list[str]) -> list[str]:
+    """What pytest options among ``words`` make it collect as tests: ``--doctest-glob``'s
+    patterns, and every ``.py`` file for ``--doctest-modules``."""
+    found: list[str] = []
+    for i, word in enumerate(words):
+        if word == "--doctest-modules":
+            found.append("*.py")
+        elif word == "--doctest-glob" and i + 1 < len(words):
+            found.append(words[i + 1])
+        elif word.startswith("--doctest-glob="):
+            found.append(word.split("=", 1)[1])
+    return found
+
+
+def _anywhere(patterns: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p if p.startswith("**/") else "**/" + p.lstrip("/") for p in patterns if p)
+
+
+def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
+    """The files the project's pytest configuration makes pytest collect (import) as tests
+    beside its defaults: ``python_files``, ``--doctest-glob`` and ``--doctest-modules`` (every
+    module) in ``addopts``; as globs at any depth."""
+    return _anywhere([*_pytest_option(configs, "python_files"), *_doctest_globs(_pytest_option(configs, "addopts"))])
 
 
 def command_test_globs(command: str) -> tuple[str, ...]:
-    """Discovery patterns a grading command names: ``unittest discover -p PATTERN``
-    (``--pattern``), as globs at any depth (unittest's own ``test*.py`` is a default glob)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    if not any("unittest" in w for w in words):
-        return ()
-    found = []
-    for i, word in enumerate(words):
-        if word in ("-p", "--pattern") and i + 1 < len(words):
-            found.append(words[i + 1])
-        elif word.startswith("--pattern="):
-            found.append(word.split("=", 1)[1])
-    return tuple("**/" + p for p in found if p)
+    """The same for a grading command: ``unittest discover -p PATTERN`` (``--pattern``) and
+    pytest's doctest options, as globs at any depth."""
+    words = _words(command)
+    found = _doctest_globs(words)
+    if any("unittest" in w for w in words):
+        for i, word in enumerate(words):
+            if word in ("-p", "--pattern") and i + 1 < len(words):
+                found.append(words[i + 1])
+            elif word.startswith("--pattern="):
+                found.append(word.split("=", 1)[1])
+    return _anywhere(found)
 
 
 def imported_names(lines: Iterable[str], names: Iterable[str]) -> frozenset[str]:
