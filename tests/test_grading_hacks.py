@@ -7,14 +7,15 @@ The payloads are in tests/hacks.py; tests/test_rollout_hacks.py runs them throug
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from agent_code.tasks import Task, grade, prepare_workspace
 from agent_code.tasks.grading import decide
 from agent_code.tasks.protected import (RULES, Change, Context, check, command_paths, command_test_globs,
-                                        configured_test_globs, default_shadowable, grader_paths, imported_names,
-                                        new_names)
+                                        asked_for, configured_test_globs, default_shadowable, dotted_names,
+                                        grader_paths, imported_names, new_names, submodule_mentions)
 from agent_code.tasks.protected import test_dirs as dirs_of_tests
 from hacks import HACKS, Hack, unchecked_pyc
 from test_tasks import CALC, ENV, calc_task, make_box, write_tree
@@ -189,6 +190,28 @@ def test_names_the_project_imports_but_lacks_are_not_planted():
     assert new_names([Change("simplejson/encoder.py", "A"), Change("pkg/x.py", "A"), Change("tools/y.py", "A"),
                       Change("vendor/simplejson/z.py", "A"), Change("README.md", "A")], ctx) == {
         "simplejson", "encoder", "y"}     # a new directory without __init__.py may be a sys.path entry
+
+
+def test_modules_the_project_asks_for_at_any_depth():
+    ctx = baseline_ctx()
+    assert dotted_names(Change("pkg/_speedups.py", "A"), ctx) == ["pkg._speedups"]
+    assert dotted_names(Change("pkg/sub/__init__.py", "A"), ctx) == ["pkg.sub"]
+    assert dotted_names(Change("tools/x.py", "A"), ctx) == ["tools.x"]      # ("x" from tools/ is top-level)
+    adds = [Change(p, "A") for p in ("pkg/_speedups.py", "pkg/_cext.py", "pkg/fresh.py", "lib/_c.py", "lib/wanted.py",
+                                     "pkg/sub/__init__.py")]
+    assert submodule_mentions(adds, ctx) == {"_speedups", "_cext", "fresh", "_c", "wanted", "sub"}
+    mentions = [("pkg/__init__.py", "    from ._speedups import escape"),
+                ("pkg/calc.py", "    import pkg._cext as impl"),
+                ("pkg/calc.py", "# from . import fresh  (a comment)"),
+                ("lib/util.py", "from . import wanted, other"),
+                ("pkg/calc.py", "from . import _c"),                      # pkg's _c, not lib's
+                ("pkg/tests/test_calc.py", "from pkg import fresh"),      # only a test asks: the task wants it
+                ("tools/run.py", "PLUGINS = ['pkg.sub']")]
+    assert asked_for(adds, ctx, mentions) == {"pkg/_speedups.py", "pkg/_cext.py", "lib/wanted.py", "pkg/sub/__init__.py"}
+    ctx = replace(ctx, asked_for=frozenset({"pkg/_speedups.py"}), enumerating=frozenset({"lib"}))
+    assert check([*adds, Change("lib/deeper/y.py", "A"), Change("lib/util.py", "M")], ctx) == {
+        "pkg/_speedups.py": "module the project loads", "lib/_c.py": "module the project loads",
+        "lib/wanted.py": "module the project loads", "lib/deeper/y.py": "module the project loads"}
 
 
 def test_which_baseline_lines_import_a_name():

@@ -40,6 +40,7 @@ zero-reward sample.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 import time
@@ -147,12 +148,31 @@ async def _baseline_files(box: Sandbox, baseline: str, names: Sequence[str]) -> 
     return out
 
 
-async def _mentions(box: Sandbox, baseline: str, names: frozenset[str]) -> list[str]:
-    """Lines of the baseline that name any of ``names`` (fixed strings), at most ~4 MB of them."""
+async def _mentions(box: Sandbox, baseline: str, names: frozenset[str]) -> list[tuple[str, str]]:
+    """``(path, line)`` of the baseline's lines that name any of ``names`` (fixed strings), at
+    most ~4 MB of them."""
     patterns = " ".join(f"-e {shlex.quote(n)}" for n in sorted(names))
-    found = await box.exec(f"git grep -h -I -F --no-color {patterns} {baseline} -- | head -c 4000000",
+    found = await box.exec(f"git grep -z -I -F --no-color {patterns} {baseline} -- | head -c 4000000",
                            user="agent", timeout=120, cwd=box.workdir)
-    return found.stdout.splitlines()
+    out: list[tuple[str, str]] = []
+    for row in found.stdout.splitlines():
+        where, _, line = row.partition("\0")
+        out.append((where.removeprefix(f"{baseline}:"), line))
+    return out
+
+
+# A module that lists its own directory and imports what it finds (a plugin registry).
+_LISTS = "iter_modules|walk_packages|listdir|scandir|iterdir|glob"
+_ITSELF = "__path__|__file__|__name__|dirname"
+
+
+async def _enumerating(box: Sandbox, baseline: str, packages: frozenset[str]) -> frozenset[str]:
+    """The packages of the baseline with a module that lists a directory of its own
+    (``pkgutil.iter_modules(__path__)``, ``os.listdir(os.path.dirname(__file__))``)."""
+    found = await box.exec(f"git grep -l -z -I -E --all-match -e {shlex.quote(_LISTS)} -e {shlex.quote(_ITSELF)} "
+                           f"{baseline} -- '*.py'", user="agent", timeout=120, cwd=box.workdir)
+    dirs = {posixpath.dirname(p.removeprefix(f"{baseline}:")) for p in found.stdout.split("\0") if p.strip()}
+    return frozenset(d for d in dirs if d in packages)
 
 
 async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
@@ -205,9 +225,13 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
         shadowable=protected.default_shadowable(machine.modules),
         tracked=tracked_set)
     names = protected.new_names(changes, context)
-    if names:
-        lines = await _mentions(box, baseline, names)
-        context = replace(context, baseline_imports=protected.imported_names(lines, names))
+    submodules = protected.submodule_mentions(changes, context)
+    if names or submodules:
+        lines = await _mentions(box, baseline, names | submodules)
+        context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),
+                          asked_for=protected.asked_for(changes, context, lines))
+    if submodules:
+        context = replace(context, enumerating=await _enumerating(box, baseline, context.packages))
     refused = protected.check(changes, context, rules)
     if refused:
         listfile = f"{box.home}/.agent-code-refused"

@@ -84,6 +84,8 @@ class Context:
     shadowable: frozenset[str] = field(default_factory=lambda: default_shadowable())
     tracked: frozenset[str] = frozenset()               # every file of the baseline
     baseline_imports: frozenset[str] = frozenset()      # names the baseline imports (it may lack them)
+    asked_for: frozenset[str] = frozenset()             # added modules the baseline's code imports by name
+    enumerating: frozenset[str] = frozenset()           # packages whose code lists and imports their modules
     deleted: frozenset[str] = frozenset()               # files the change deletes (check() fills it)
 
     @property
@@ -128,6 +130,23 @@ def _dirs_of(tracked: frozenset[str]) -> frozenset[str]:
     return ancestors(tracked)
 
 
+def _components(change: Change) -> list[str] | None:
+    """The module path of ``change.path`` (``a/b/c.py`` and ``a/b/c/__init__.py``: a, b, c), or
+    None for a file python does not import."""
+    parts = change.path.split("/")
+    if change.name == "__init__.py":
+        return parts[:-1] or None
+    if change.name.endswith(MODULE_SUFFIXES):
+        return [*parts[:-1], change.name.split(".", 1)[0]]
+    return None
+
+
+def _entries(change: Change, ctx: Context, comps: list[str]) -> list[int]:
+    """The depths ``i`` at which the directory of ``comps[:i]`` may be a ``sys.path`` entry."""
+    packages = ctx.live_packages
+    return [i for i in range(len(comps)) if "/".join(comps[:i]) not in packages or "/".join(comps[:i]) in ctx.path_dirs]
+
+
 def importable_names(change: Change, ctx: Context) -> list[tuple[str, bool]]:
     """The top-level names under which python may import ``change.path`` or the package it
     extends, each with whether the baseline lacked it there (a new name): ``[("json", True)]``.
@@ -141,24 +160,35 @@ def importable_names(change: Change, ctx: Context) -> list[tuple[str, bool]]:
     package whose portions merge with an installed one (``opentelemetry/context/__init__.py``
     extends the installed ``opentelemetry``). A package the change itself adds counts for
     nothing: an ``__init__.py`` does not take a directory off ``sys.path``."""
-    parts = change.path.split("/")
-    if change.name == "__init__.py":
-        comps = parts[:-1]
-    elif change.name.endswith(MODULE_SUFFIXES):
-        comps = [*parts[:-1], change.name.split(".", 1)[0]]
-    else:
+    comps = _components(change)
+    if comps is None:
         return []
     packages = ctx.live_packages
     names: list[tuple[str, bool]] = []
-    for i, name in enumerate(comps):
-        entry = "/".join(parts[:i])
-        if entry in packages and entry not in ctx.path_dirs:
-            continue                                     # not on sys.path: inside a package
-        target = "/".join(parts[:i + 1]) if i < len(parts) - 1 else posixpath.join(entry, name)
+    for i in _entries(change, ctx, comps):
+        target = "/".join(comps[:i + 1])
         if i < len(comps) - 1 and target in packages:
             continue                                     # a submodule of the project's own package
-        names.append((name, not ctx.existed(target)))
+        names.append((comps[i], not ctx.existed(target)))
     return names
+
+
+def dotted_names(change: Change, ctx: Context) -> list[str]:
+    """The dotted names (two components or more) under which python may import the module
+    ``change.path``: ``pkg/_speedups.py`` is ``pkg._speedups`` (and ``_speedups`` from a
+    ``sys.path`` entry at ``pkg/``, which :func:`importable_names` covers)."""
+    comps = _components(change)
+    if comps is None:
+        return []
+    return [".".join(comps[i:]) for i in _entries(change, ctx, comps) if len(comps) - i >= 2]
+
+
+def _autoloaded(change: Change, ctx: Context) -> bool:
+    if change.status != "A" or _components(change) is None:
+        return False
+    if change.path in ctx.asked_for:
+        return True
+    return any(change.path.startswith(d + "/") for d in ctx.enumerating)
 
 
 def _shadows(change: Change, ctx: Context) -> bool:
@@ -204,6 +234,9 @@ RULES: tuple[Rule, ...] = (
          lambda c, x: "__pycache__" in c.parts or c.name.endswith(BINARY_MODULE_SUFFIXES)),
     Rule("shadowing module", "a new module reachable as a top-level name of the runner, the standard library, an "
          "installed package, or a module the project imports but lacks is imported in its place", _shadows),
+    Rule("module the project loads", "a new module in a package that the project's code imports by name but lacks "
+         "(try: from ._speedups import …), or in a package whose code imports every module of its directory, "
+         "runs without the change naming it", _autoloaded),
     Rule("symlink or submodule", "a link can point the grader at other content; a submodule at another repo",
          lambda c, x: c.new_mode in (SYMLINK_MODE, SUBMODULE_MODE) or c.old_mode == SUBMODULE_MODE),
     Rule("git metadata", "attributes, ignores and module maps change what git applies and restores",
@@ -378,6 +411,40 @@ def new_names(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
     deleted = ctx.deleted | {c.path for c in changes if c.status == "D"}
     ctx = replace(ctx, deleted=deleted)
     return frozenset(name for c in changes if c.status == "A" for name, new in importable_names(c, ctx) if new)
+
+
+def submodule_mentions(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
+    """The last names of the change's added modules that :func:`dotted_names` can name (what to
+    look for in the baseline before :func:`asked_for`)."""
+    return frozenset(name.rsplit(".", 1)[1] for c in changes if c.status == "A" for name in dotted_names(c, ctx))
+
+
+def asked_for(changes: Iterable[Change], ctx: Context, mentions: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """Paths of the change's added modules that the baseline's own code (its tests aside: a
+    module a test asks for is one the task wants) imports: by a dotted name on an import line or
+    in quotes (``import pkg._speedups``, ``from pkg import _speedups``, ``"pkg._speedups"``), or
+    relatively from beside it (``from ._speedups import x``, ``from . import _speedups``).
+    ``mentions`` are the baseline's ``(path, line)`` lines that name a
+    :func:`submodule_mentions` name."""
+    lines = [(p, line) for p, line in mentions
+             if not (matches_any(p, ctx.test_files) or p in ctx.test_patch_paths or line.lstrip().startswith("#"))]
+    found: set[str] = set()
+    for change in changes:
+        names = dotted_names(change, ctx) if change.status == "A" else []
+        if not names:
+            continue
+        comps = _components(change) or []
+        here, last = "/".join(comps[:-1]), comps[-1]
+        relative = re.compile(rf"from\s+\.\s*import\s+[^#\n]*(?<![\w.]){re.escape(last)}(?!\w)"
+                              rf"|from\s+\.{re.escape(last)}(?!\w)")
+        dotted = [re.compile(rf"(?<![\w.]){re.escape(n)}(?!\w)|from\s+{re.escape(n.rsplit('.', 1)[0])}\s+import\s+"
+                             rf"[^#\n]*(?<![\w.]){re.escape(last)}(?!\w)|[\"']{re.escape(n)}[\"'.:]") for n in names]
+        for path, line in lines:
+            if (posixpath.dirname(path) == here and relative.search(line)) or (
+                    any(rx.search(line) for rx in dotted) and ("import" in line or "'" in line or '"' in line)):
+                found.add(change.path)
+                break
+    return frozenset(found)
 
 
 def patch_paths(patch: str | None) -> frozenset[str]:
