@@ -138,7 +138,7 @@ async def _lines(box: Sandbox, cmd: str, what: str, env: Mapping[str, str]) -> l
 
 
 async def _baseline_files(box: Sandbox, baseline: str, names: Sequence[str]) -> dict[str, str]:
-    """``{name: text}`` of files at the root of the baseline commit."""
+    """``{path: text}`` of files of the baseline commit (those it has)."""
     out: dict[str, str] = {}
     for name in names:
         shown = await box.exec(f"git show {shlex.quote(f'{baseline}:{name}')}", user="agent", timeout=60,
@@ -175,6 +175,54 @@ async def _enumerating(box: Sandbox, baseline: str, packages: frozenset[str]) ->
     return frozenset(d for d in dirs if d in packages)
 
 
+async def _grader_paths(box: Sandbox, baseline: str, command: str, ids: Sequence[str],
+                        tracked: frozenset[str]) -> frozenset[str]:
+    """The files the grading command names, and those its shell scripts run, four deep."""
+    scripts: dict[str, str | None] = {}
+    found = protected.command_paths(command, ids)
+    for _ in range(4):
+        wanted = [p for p in protected.shell_scripts(found) if p not in scripts]
+        got = await _baseline_files(box, baseline, [p for p in wanted if p in tracked])
+        scripts.update({p: got.get(p) for p in wanted})
+        more = protected.grader_paths(command, ids, scripts)
+        if more == found:
+            break
+        found = more
+    return found
+
+
+async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, changes: list[protected.Change],
+                   tracked: list[str]) -> protected.Context:
+    """What the rules of ``protected.py`` need to know about this task, this machine and this
+    change: the baseline's files, config and scripts, the machine's modules, what the
+    baseline's code imports of what the change adds."""
+    tests = protected.patch_paths(task.test_patch)
+    command = task.eval_cmd or task.test_cmd or ""
+    tracked_set = frozenset(tracked)
+    configs = await _baseline_files(box, baseline, [n for n, _ in protected.PYTEST_CONFIGS if n in tracked_set])
+    context = protected.Context(
+        test_files=tuple(task.test_files), test_patch_paths=tests,
+        collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
+        + protected.command_test_globs(command),
+        grader_paths=await _grader_paths(box, baseline, command, task.tests, tracked_set),
+        test_dirs=protected.test_dirs(tracked, task.test_files, tests),
+        test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
+                                           + list(tests)),
+        packages=protected.package_dirs(tracked),
+        path_dirs=frozenset({""}) | machine.path_dirs,
+        shadowable=protected.default_shadowable(machine.modules),
+        tracked=tracked_set)
+    names = protected.new_names(changes, context)
+    submodules = protected.submodule_mentions(changes, context)
+    if names or submodules:
+        lines = await _mentions(box, baseline, names | submodules)
+        context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),
+                          asked_for=protected.asked_for(changes, context, lines))
+    if submodules:
+        context = replace(context, enumerating=await _enumerating(box, baseline, context.packages))
+    return context
+
+
 async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
                  rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str], frozenset[str]]:
     """Apply ``diff`` to the working tree, less every path a rule of ``protected.py`` refuses.
@@ -194,44 +242,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                          "listing the agent's changes", user="agent", env=index)
     changes = protected.parse_raw_diff(raw.stdout)
     tracked = await _lines(box, f"git ls-tree -r -z --name-only {baseline}", "listing the baseline", index)
-    tests = protected.patch_paths(task.test_patch)
-    command = task.eval_cmd or task.test_cmd or ""
-    configs = await _baseline_files(box, baseline, [n for n, _ in protected.PYTEST_CONFIGS if n in tracked])
-    scripts: dict[str, str | None] = {}
-
-    async def read_scripts(paths: Sequence[str]) -> None:
-        wanted = [p for p in paths if p not in scripts]
-        got = await _baseline_files(box, baseline, [p for p in wanted if p in tracked_set])
-        scripts.update({p: got.get(p) for p in wanted})
-
-    tracked_set = frozenset(tracked)
-    found = protected.command_paths(command, task.tests)
-    for _ in range(4):      # scripts that the grading command's scripts run, four deep
-        await read_scripts(protected.shell_scripts(found))
-        more = protected.grader_paths(command, task.tests, scripts)
-        if more == found:
-            break
-        found = more
-    context = protected.Context(
-        test_files=tuple(task.test_files), test_patch_paths=tests,
-        collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
-        + protected.command_test_globs(command),
-        grader_paths=found,
-        test_dirs=protected.test_dirs(tracked, task.test_files, tests),
-        test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
-                                           + list(tests)),
-        packages=protected.package_dirs(tracked),
-        path_dirs=frozenset({""}) | machine.path_dirs,
-        shadowable=protected.default_shadowable(machine.modules),
-        tracked=tracked_set)
-    names = protected.new_names(changes, context)
-    submodules = protected.submodule_mentions(changes, context)
-    if names or submodules:
-        lines = await _mentions(box, baseline, names | submodules)
-        context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),
-                          asked_for=protected.asked_for(changes, context, lines))
-    if submodules:
-        context = replace(context, enumerating=await _enumerating(box, baseline, context.packages))
+    context = await _context(box, task, baseline, machine, changes, tracked)
     refused = protected.check(changes, context, rules)
     if refused:
         listfile = f"{box.home}/.agent-code-refused"
