@@ -14,8 +14,10 @@ import pytest
 from agent_code.tasks import Task, grade, prepare_workspace
 from agent_code.tasks.grading import decide
 from agent_code.tasks.protected import (RULES, Change, Context, check, command_paths, command_test_globs,
-                                        asked_for, configured_test_globs, default_shadowable, dotted_names,
-                                        grader_paths, imported_names, new_names, submodule_mentions)
+                                        asked_for, config_files, configured_test_globs, default_shadowable,
+                                        dotted_names, grader_paths, imported_names, named_by_tests, new_names, opaque,
+                                        submodule_mentions)
+from agent_code.tasks.protected import test_lines as lines_of_tests
 from agent_code.tasks.protected import test_dirs as dirs_of_tests
 from hacks import HACKS, Hack, unchecked_pyc
 from test_tasks import CALC, ENV, calc_task, make_box, write_tree
@@ -229,14 +231,22 @@ def test_what_the_runner_collects_comes_from_the_config_and_the_command():
                              "addopts = -q --doctest-glob 'notes*.md'\n",
                "setup.cfg": "[tool:pytest]\npython_files = cfg_*.py\n", "tox.ini": "[tox]\nenvlist = py3\n",
                "pytest.toml": "this is [not toml"}
-    assert configured_test_globs(configs) == ("**/spec_*.py", "**/*_spec.py", "**/check_*.py", "**/t_*.py",
-                                              "**/cfg_*.py", "**/notes*.md", "**/*.rst")
+    assert set(configured_test_globs(configs)) == {"**/spec_*.py", "**/*_spec.py", "**/check_*.py", "**/t_*.py",
+                                                   "**/cfg_*.py", "**/notes*.md", "**/*.rst"}
+    # a config below the root (pytest's rootdir is where the arguments lead), one named with -c
+    assert configured_test_globs({"sub/tox.ini": "[pytest]\npython_files = sub_*.py\n",
+                                  "ci/weird.cfg": "[pytest]\npython_files = w_*.py\n"}) == ("**/w_*.py", "**/sub_*.py")
+    assert config_files(["a/pytest.ini", "pyproject.toml", "src/x.py", "sub/setup.cfg"],
+                        "python -m pytest -c ci/weird.cfg --config-file=./other.ini") == [
+        "a/pytest.ini", "ci/weird.cfg", "other.ini", "pyproject.toml", "sub/setup.cfg"]
     assert configured_test_globs({"pytest.toml": '[pytest]\npython_files = "a_*.py"\n'}) == ("**/a_*.py",)
     assert configured_test_globs({"setup.cfg": "[tool:pytest]\naddopts = --doctest-modules\n"}) == ("**/*.py",)
     assert command_test_globs("python -m unittest discover -s src -p 'chk*.py'") == ("**/chk*.py",)
     assert command_test_globs("python -m unittest discover --pattern=x*.py") == ("**/x*.py",)
     assert command_test_globs("python -m pytest -p no:cacheprovider") == ()
     assert command_test_globs("bash -c 'python -m pytest --doctest-modules src'") == ("**/*.py",)
+    assert command_test_globs("pytest -o python_files='check_*.py chk.py' --override-ini=addopts=--doctest-modules "
+                              "-opython_files=o_*.py") == ("**/check_*.py", "**/chk.py", "**/*.py", "**/o_*.py")
     ctx = Context(collected=("**/check_*.py",))
     assert check([Change("a/check_x.py", "A"), Change("a/check_y.py", "M")], ctx) == {"a/check_x.py": "new test module"}
     # pytest's own default doctest glob is test*.txt: every new test* file is refused
@@ -253,6 +263,31 @@ def test_the_grading_commands_scripts_and_what_they_run_are_the_grader():
     assert grader_paths("bash ci/run_tests.sh", [], {}) == {"ci/run_tests.sh"}   # not read (yet): as named
     assert check([Change("package.json", "M"), Change("web/Justfile", "M")], Context()) == {
         "package.json": "runner config", "web/Justfile": "runner config"}
+    # a command (or script) that computes paths or changes directory may run any script
+    for command in ("bash ci/run.sh", "cd ci && bash run.sh", 'bash "$PWD/ci/run.sh"', "/testbed/run.sh",
+                    ". \"$(dirname \"$0\")/lib.sh\"", "sh `pwd`/x.sh"):
+        assert opaque(command) is (command != "bash ci/run.sh"), command
+    ctx = Context(opaque_grader=True)
+    assert check([Change("ci/local.sh", "A"), Change("ci/local", "A"), Change("bin/tool.py", "M", "100755", "100755"),
+                  Change("calc.py", "M"), Change("docs/a.md", "M")], ctx) == {
+        "ci/local.sh": "grader file", "ci/local": "grader file", "bin/tool.py": "grader file"}
+    assert check([Change("ci/local.sh", "A")], Context()) == {}
+
+
+def test_data_the_tests_name_is_theirs():
+    ctx = Context(test_files=("**/tests/**",))
+    mentions = [("tests/test_calc.py", "CASES = json.loads((ROOT / 'data' / 'cases.json').read_text())"),
+                ("tests/test_calc.py", 'GOLDEN = "golden/out.txt"'),
+                ("calc.py", 'open("config.yaml")'),                          # the code's own data: not the tests'
+                ("tests/test_calc.py", "# see notes.md"),                    # unquoted: not a file it reads
+                ("tests/test_calc.py", "x = 'my-cases.json'")]               # another name that ends alike
+    patch = "+++ b/tests/test_new.py\n+    expected = load('extra.csv')\n"
+    lines = lines_of_tests(mentions, ctx, patch)
+    changes = [Change(p, "M") for p in ("data/cases.json", "golden/out.txt", "config.yaml", "notes.md", "extra.csv",
+                                         "calc.py")]
+    assert named_by_tests(changes, lines) == {"data/cases.json", "golden/out.txt", "extra.csv"}
+    assert check([Change("data/cases.json", "M")], Context(test_data=frozenset({"data/cases.json"}))) == {
+        "data/cases.json": "test data"}
 
 
 def test_every_test_named_directory_above_a_test_is_support():

@@ -176,8 +176,9 @@ async def _enumerating(box: Sandbox, baseline: str, packages: frozenset[str]) ->
 
 
 async def _grader_paths(box: Sandbox, baseline: str, command: str, ids: Sequence[str],
-                        tracked: frozenset[str]) -> frozenset[str]:
-    """The files the grading command names, and those its shell scripts run, four deep."""
+                        tracked: frozenset[str]) -> dict[str, str]:
+    """``{path: text}`` of the files the grading command names, and of those its shell scripts
+    run, four deep (text only for the shell scripts; '' for the others)."""
     scripts: dict[str, str | None] = {}
     found = protected.command_paths(command, ids)
     for _ in range(4):
@@ -188,7 +189,7 @@ async def _grader_paths(box: Sandbox, baseline: str, command: str, ids: Sequence
         if more == found:
             break
         found = more
-    return found
+    return {p: scripts.get(p) or "" for p in found}
 
 
 async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, changes: list[protected.Change],
@@ -199,12 +200,14 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
     tests = protected.patch_paths(task.test_patch)
     command = task.eval_cmd or task.test_cmd or ""
     tracked_set = frozenset(tracked)
-    configs = await _baseline_files(box, baseline, [n for n, _ in protected.PYTEST_CONFIGS if n in tracked_set])
+    configs = await _baseline_files(box, baseline, [p for p in protected.config_files(tracked, command)
+                                                     if p in tracked_set])
+    scripts = await _grader_paths(box, baseline, command, task.tests, tracked_set)
     context = protected.Context(
         test_files=tuple(task.test_files), test_patch_paths=tests,
         collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
         + protected.command_test_globs(command),
-        grader_paths=await _grader_paths(box, baseline, command, task.tests, tracked_set),
+        grader_paths=frozenset(scripts), opaque_grader=any(protected.opaque(t) for t in [command, *scripts.values()]),
         test_dirs=protected.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
@@ -214,22 +217,25 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         tracked=tracked_set)
     names = protected.new_names(changes, context)
     submodules = protected.submodule_mentions(changes, context)
-    if names or submodules:
-        lines = await _mentions(box, baseline, names | submodules)
+    data = frozenset(c.name for c in protected.data_changes(changes))
+    if names or submodules or data:
+        lines = await _mentions(box, baseline, names | submodules | data)
         context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),
-                          asked_for=protected.asked_for(changes, context, lines))
+                          asked_for=protected.asked_for(changes, context, lines),
+                          test_data=protected.named_by_tests(changes, protected.test_lines(lines, context,
+                                                                                             task.test_patch)))
     if submodules:
         context = replace(context, enumerating=await _enumerating(box, baseline, context.packages))
     return context
 
 
 async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _Machine,
-                 rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str], frozenset[str]]:
+                 rules: Sequence[protected.Rule]) -> tuple[ExecResult | None, dict[str, str], dict[str, str]]:
     """Apply ``diff`` to the working tree, less every path a rule of ``protected.py`` refuses.
 
     The diff goes into a scratch index first (over the baseline), never through ``git add``, so
     every path it touches is seen, ignored or not. Returns (the failed ``git apply``, or None;
-    ``{refused path: rule}``; the new top-level names of what is applied, for the import guard)."""
+    ``{refused path: rule}``; the import guard's files for what is applied)."""
     q = shlex.quote
     index = {"GIT_INDEX_FILE": f"{box.home}/.agent-code-grading-index"}
     patch = f"{box.home}/agent.diff"
@@ -237,7 +243,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     applied = await box.exec(f"git read-tree {baseline} && git apply --cached --whitespace=nowarn {q(patch)}",
                              user="agent", env={**GIT_ENV, **index}, timeout=120, cwd=box.workdir)
     if not applied.ok:
-        return applied, {}, frozenset()
+        return applied, {}, {}
     raw = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
                          "listing the agent's changes", user="agent", env=index)
     changes = protected.parse_raw_diff(raw.stdout)
@@ -258,8 +264,10 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
     await run_step(box, f"git diff --cached {DIFF_FLAGS} {baseline} -- > {q(allowed)}"
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
                    "applying the agent's change", user="agent", env=index)
-    taken = protected.new_names([c for c in changes if c.path not in refused], context)
-    return None, dict(sorted(refused.items())), taken
+    taken = [c for c in changes if c.path not in refused]
+    files = guard.guard_files(protected.new_names(taken, context), box.workdir,
+                              [*tracked, *(c.path for c in taken if c.status == "A")])
+    return None, dict(sorted(refused.items())), files
 
 
 def grader_env(command: str, machine: _Machine, box: Sandbox, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -353,7 +361,7 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
         workspace = await prepare_workspace(box, task, env=env, setup_timeout=setup_timeout, write_problem=False)
         machine = await _probe(box, env)
         refused: dict[str, str] = {}
-        guarded: frozenset[str] = frozenset()
+        guarded: dict[str, str] = guard.guard_files((), box.workdir, ())
         try:
             if diff.strip():
                 failed, refused, guarded = await _stage(box, task, workspace.baseline, diff, machine, rules)
@@ -372,7 +380,8 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
         command = task.eval_cmd or build_test_command(task.test_cmd or "", task.tests)
         boot = f"{box.home}/.agent-code-grader"
         await box.write_file(f"{boot}/{BOOT_PLUGIN_NAME}.py", _BOOT_PLUGIN, user="agent")
-        await box.write_file(f"{boot}/{guard.MODULE_NAME}.py", guard.guard_source(guarded, box.workdir), user="agent")
+        for name, text in guarded.items():
+            await box.write_file(f"{boot}/{name}", text, user="agent")
         result = await box.exec(command, user="agent", env=grader_env(command, machine, box, env), timeout=timeout,
                                 cwd=box.workdir)
         output = result.output(OUTPUT_LIMIT)

@@ -16,6 +16,8 @@ code, its tests or the new modules themselves works as usual.
 
 from __future__ import annotations
 
+import json
+import posixpath
 from typing import Iterable
 
 from agent_code.tasks.protected import ENVIRONMENT_DIRS
@@ -31,6 +33,7 @@ import sys as _sys
 _NAMES = frozenset({names!r})
 _WORKSPACE = {workspace!r}.rstrip("/") + "/"
 _ENVIRONMENTS = frozenset({environments!r})
+_PROJECT_DIRS = None    # the project's directories (tracked, or holding the change's files): read when needed
 _IMPORTLIB = _os.path.dirname(_os.path.dirname(_machinery.__file__)) + "/importlib/"
 
 
@@ -45,10 +48,18 @@ def _importer():
 
 
 def _in_project(path):
+    global _PROJECT_DIRS
     path = _os.path.realpath(path) if path.startswith("/") else ""
     if not path.startswith(_WORKSPACE):
         return False
-    return not any(part in _ENVIRONMENTS for part in path[len(_WORKSPACE):].split("/")[:-1])
+    parts = path[len(_WORKSPACE):].split("/")[:-1]
+    if any(part in _ENVIRONMENTS for part in parts):
+        return False
+    if _PROJECT_DIRS is None:
+        import json
+        with open(_os.path.join(_os.path.dirname(_os.path.realpath(__file__)), {dirs_file!r})) as f:
+            _PROJECT_DIRS = frozenset(json.load(f))
+    return "/".join(parts) in _PROJECT_DIRS
 
 
 class _Guard:
@@ -63,13 +74,24 @@ _sys.meta_path.insert(0, _Guard)
 
 # the machine's own sitecustomize, which this one hides on sys.path
 _here = _os.path.dirname(_os.path.realpath(__file__))
-_rest = [p for p in _sys.path if p and _os.path.realpath(p) != _here and not _in_project(_os.path.join(p, "x"))]
+_rest = [p for p in _sys.path if p and _os.path.realpath(p) != _here
+         and not (_os.path.realpath(p) + "/").startswith(_WORKSPACE)]
 _spec = _machinery.PathFinder.find_spec(__name__, _rest)
 if _spec is not None and _spec.loader is not None:
     _spec.loader.exec_module(_util.module_from_spec(_spec))
 '''
 
 
-def guard_source(names: Iterable[str], workspace: str) -> str:
-    """The ``sitecustomize.py`` that guards ``names`` for the project at ``workspace``."""
-    return _SOURCE.format(names=sorted(names), workspace=workspace, environments=sorted(ENVIRONMENT_DIRS))
+DIRS_FILE = "agent_code_grader_project.json"
+
+
+def guard_files(names: Iterable[str], workspace: str, project_files: Iterable[str]) -> dict[str, str]:
+    """``{file name: text}`` of the guard, for a directory on ``PYTHONPATH``: the
+    ``sitecustomize.py`` that guards ``names`` for the project at ``workspace``, and the list of
+    the project's directories (those of ``project_files``: the baseline's tracked files and the
+    change's), beside which anything in the workspace — dependencies installed into it with
+    ``pip --target``, a build's copies — is not the project."""
+    dirs = sorted({posixpath.dirname(p) for p in project_files})
+    return {f"{MODULE_NAME}.py": _SOURCE.format(names=sorted(names), workspace=workspace,
+                                                environments=sorted(ENVIRONMENT_DIRS), dirs_file=DIRS_FILE),
+            DIRS_FILE: json.dumps(dirs)}

@@ -77,6 +77,8 @@ class Context:
     collected: tuple[str, ...] = RUNNER_TEST_FILES      # what the runner imports as tests (new files)
     test_patch_paths: frozenset[str] = frozenset()      # files the hidden tests add or change
     grader_paths: frozenset[str] = frozenset()          # files the grader command names
+    opaque_grader: bool = False                         # and it may run others (``$HERE/x.sh``, ``cd``)
+    test_data: frozenset[str] = frozenset()             # files the tests name (``"data/cases.json"``)
     test_dirs: frozenset[str] = frozenset()             # directories holding the task's tests
     test_ancestors: frozenset[str] = frozenset()        # every directory above a test file ('' the root)
     packages: frozenset[str] = frozenset()              # directories with an __init__.py at the baseline
@@ -208,6 +210,8 @@ RULES: tuple[Rule, ...] = (
          "path patterns and hide in listings", lambda c, x: bool(_ODD.search(c.path))),
     Rule("test file", "the task's tests are graded as the task wrote them",
          lambda c, x: matches_any(c.path, x.test_files) or c.path in x.test_patch_paths),
+    Rule("test data", "a file the tests name (expected values, fixtures, golden files) decides what they check",
+         lambda c, x: c.path in x.test_data),
     Rule("test support", "a file beside the tests (a helper, an __init__.py) runs inside the test process",
          _in_test_dir),
     Rule("new test module", "a new file the runner collects as tests (test*, the project's python_files and "
@@ -217,8 +221,9 @@ RULES: tuple[Rule, ...] = (
          "by pytest before the tests; one deleted there puts its directory on sys.path",
          lambda c, x: c.name == "__init__.py" and c.status != "M"
          and posixpath.dirname(c.path) in x.test_ancestors),
-    Rule("grader file", "a file the grading command names (a script, a test module) runs the grading",
-         lambda c, x: c.path in x.grader_paths),
+    Rule("grader file", "a file the grading command names (a script, a test module) runs the grading; when it "
+         "computes paths or changes directory, any script may",
+         lambda c, x: c.path in x.grader_paths or (x.opaque_grader and script_like(c))),
     Rule("runner config", "test-runner configuration (any of its homes, anywhere) can add plugins and options",
          lambda c, x: c.name.lower() in RUNNER_CONFIGS),
     Rule("packaging", "packaging metadata can register plugins (entry points) or rewrite imports",
@@ -292,7 +297,7 @@ def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(found)
 
 
-SCRIPT_SUFFIXES = ("", ".sh", ".bash", ".zsh", ".ksh")
+SCRIPT_SUFFIXES = ("", ".sh", ".bash", ".zsh", ".ksh", ".fish")
 
 
 def shell_scripts(paths: Iterable[str]) -> list[str]:
@@ -315,56 +320,63 @@ def grader_paths(command: str, ids: Iterable[str], scripts: dict[str, str | None
     return frozenset(found)
 
 
-PYTEST_CONFIGS = (("pytest.toml", "pytest"), (".pytest.toml", "pytest"), ("pytest.ini", "pytest"),
-                  (".pytest.ini", "pytest"), ("pyproject.toml", "tool.pytest"), ("tox.ini", "pytest"),
-                  ("setup.cfg", "tool:pytest"))
+PYTEST_CONFIGS = {"pytest.toml": "pytest", ".pytest.toml": "pytest", "pytest.ini": "pytest", ".pytest.ini": "pytest",
+                  "pyproject.toml": "tool.pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 
 
-def _pytest_option(configs: dict[str, str], option: str) -> list[str]:
-    """The words of ``option`` (``python_files``, ``addopts``) in the project's pytest
-    configuration (``{file name: text}`` of the root's config files)."""
+def _pytest_option(path: str, text: str, option: str) -> list[str]:
+    """The words of ``option`` (``python_files``, ``addopts``) in one pytest config file (by its
+    name; another name is read as a ``[pytest]`` ini file, or as TOML for ``.toml``)."""
     import configparser
     import tomllib
 
-    words: list[str] = []
-    for name, section in PYTEST_CONFIGS:
-        text = configs.get(name)
-        if text is None:
-            continue
-        value: object = None
-        try:
-            if name.endswith(".toml"):
-                table = tomllib.loads(text)
-                if name == "pyproject.toml":
-                    table = table.get("tool", {}).get("pytest", {})
-                    table = table.get("ini_options", table)
-                else:
-                    table = table.get("pytest", table)
-                value = table.get(option)
+    name = posixpath.basename(path)
+    value: object = None
+    try:
+        if name.endswith(".toml"):
+            table = tomllib.loads(text)
+            if name == "pyproject.toml":
+                table = table.get("tool", {}).get("pytest", {})
+                table = table.get("ini_options", table)
             else:
-                parser = configparser.ConfigParser(interpolation=None)
-                parser.read_string(text)
-                value = parser.get(section, option, fallback=None)
-        except (ValueError, configparser.Error, AttributeError):
-            continue
-        if isinstance(value, str):
-            words += _words(value) if option == "addopts" else value.split()
-        elif isinstance(value, list):
-            words += [w for w in value if isinstance(w, str)]
-    return words
+                table = table.get("pytest", table)
+            value = table.get(option)
+        else:
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read_string(text)
+            section = PYTEST_CONFIGS.get(name) or next((s for s in ("pytest", "tool:pytest") if parser.has_section(s)),
+                                                       "pytest")
+            value = parser.get(section, option, fallback=None)
+    except (ValueError, configparser.Error, AttributeError):
+        return []
+    if isinstance(value, str):
+        return _words(value) if option == "addopts" else value.split()
+    if isinstance(value, list):
+        return [w for w in value if isinstance(w, str)]
+    return []
 
 
-def _doctest_globs(words: list[str]) -> list[str]:
+def _collecting_options(words: list[str]) -> list[str]:
     """What pytest options among ``words`` make it collect as tests: ``--doctest-glob``'s
-    patterns, and every ``.py`` file for ``--doctest-modules``."""
+    patterns, every ``.py`` file for ``--doctest-modules``, ``-o python_files=…`` (and the same
+    inside ``-o addopts=…``)."""
     found: list[str] = []
     for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
         if word == "--doctest-modules":
             found.append("*.py")
-        elif word == "--doctest-glob" and i + 1 < len(words):
-            found.append(words[i + 1])
+        elif word == "--doctest-glob":
+            found.append(following)
         elif word.startswith("--doctest-glob="):
             found.append(word.split("=", 1)[1])
+        elif word in ("-o", "--override-ini") or word.startswith(("--override-ini=", "-o")):
+            value = following if word in ("-o", "--override-ini") else word.split("=", 1)[1] if word.startswith(
+                "--override-ini=") else word[2:]
+            key, _, setting = value.partition("=")
+            if key.strip() == "python_files":
+                found += setting.split()
+            elif key.strip() == "addopts":
+                found += _collecting_options(_words(setting))
     return found
 
 
@@ -372,18 +384,33 @@ def _anywhere(patterns: Iterable[str]) -> tuple[str, ...]:
     return tuple(p if p.startswith("**/") else "**/" + p.lstrip("/") for p in patterns if p)
 
 
+def config_files(tracked: Iterable[str], command: str) -> list[str]:
+    """The pytest config files pytest may read: every file named like one, at any depth (the
+    rootdir is where the command's arguments lead), and those the command names with
+    ``-c``/``--config-file``."""
+    words = _words(command)
+    named = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-c", "--config-file")]
+    named += [w.split("=", 1)[1] for w in words if w.startswith("--config-file=")]
+    return sorted({p for p in tracked if posixpath.basename(p) in PYTEST_CONFIGS}
+                  | {posixpath.normpath(p.removeprefix("./")) for p in named if p and not p.startswith("/")})
+
+
 def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
-    """The files the project's pytest configuration makes pytest collect (import) as tests
-    beside its defaults: ``python_files``, ``--doctest-glob`` and ``--doctest-modules`` (every
-    module) in ``addopts``; as globs at any depth."""
-    return _anywhere([*_pytest_option(configs, "python_files"), *_doctest_globs(_pytest_option(configs, "addopts"))])
+    """The files the project's pytest configuration (``{path: text}`` of its config files) makes
+    pytest collect (import) as tests beside its defaults: ``python_files``, and
+    ``--doctest-glob``/``--doctest-modules`` (every module) in ``addopts``; as globs at any depth."""
+    found: list[str] = []
+    for path, text in sorted(configs.items()):
+        found += _pytest_option(path, text, "python_files")
+        found += _collecting_options(_pytest_option(path, text, "addopts"))
+    return _anywhere(found)
 
 
 def command_test_globs(command: str) -> tuple[str, ...]:
     """The same for a grading command: ``unittest discover -p PATTERN`` (``--pattern``) and
-    pytest's doctest options, as globs at any depth."""
+    pytest's options (doctests, ``-o python_files=…``), as globs at any depth."""
     words = _words(command)
-    found = _doctest_globs(words)
+    found = _collecting_options(words)
     if any("unittest" in w for w in words):
         for i, word in enumerate(words):
             if word in ("-p", "--pattern") and i + 1 < len(words):
@@ -391,6 +418,20 @@ def command_test_globs(command: str) -> tuple[str, ...]:
             elif word.startswith("--pattern="):
                 found.append(word.split("=", 1)[1])
     return _anywhere(found)
+
+
+def opaque(command: str) -> bool:
+    """Whether a grading command (or a script it runs) may run files its words do not name:
+    a word with an expansion (``$HERE/ci/local.sh``, ``$(…)``, backticks), an absolute path,
+    or a change of directory (``cd ci && bash run.sh``)."""
+    return any("$" in w or "`" in w or w.startswith("/") or w in ("cd", "pushd", "popd") for w in _words(command))
+
+
+def script_like(change: Change) -> bool:
+    """A file a shell may run or source: a shell suffix, no suffix at all, or the executable bit."""
+    suffix = posixpath.splitext(change.name)[1]
+    return suffix in SCRIPT_SUFFIXES or "." not in change.name.lstrip(".") or "100755" in (change.old_mode,
+                                                                                           change.new_mode)
 
 
 def imported_names(lines: Iterable[str], names: Iterable[str]) -> frozenset[str]:
@@ -445,6 +486,27 @@ def asked_for(changes: Iterable[Change], ctx: Context, mentions: Iterable[tuple[
                 found.add(change.path)
                 break
     return frozenset(found)
+
+
+def data_changes(changes: Iterable[Change]) -> list[Change]:
+    """The changes to files that are not python modules (data a test may read)."""
+    return [c for c in changes if _components(c) is None and "." in c.name.lstrip(".")]
+
+
+def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | None = None) -> list[str]:
+    """The lines of ``mentions`` (``(path, line)`` of the baseline) that are in test files, and
+    the lines the hidden tests (``patch``) add."""
+    lines = [line for path, line in mentions if matches_any(path, ctx.test_files) or path in ctx.test_patch_paths
+             or any(path.startswith(d + "/") for d in ctx.test_dirs)]
+    return lines + [line[1:] for line in (patch or "").splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def named_by_tests(changes: Iterable[Change], lines: Iterable[str]) -> frozenset[str]:
+    """Paths of the changed data files whose name a test quotes (``"cases.json"``,
+    ``"data/cases.json"``, ``HERE / "golden" / "out.txt"``)."""
+    text = "\n".join(line for line in lines if "'" in line or '"' in line)
+    return frozenset(c.path for c in data_changes(changes)
+                     if re.search(rf"(?<![\w.-]){re.escape(c.name)}(?![\w-])", text))
 
 
 def patch_paths(patch: str | None) -> frozenset[str]:
