@@ -269,8 +269,9 @@ def test_the_grading_commands_scripts_and_what_they_run_are_the_grader():
         assert opaque(command) is (command != "bash ci/run.sh"), command
     ctx = Context(opaque_grader=True)
     assert check([Change("ci/local.sh", "A"), Change("ci/local", "A"), Change("bin/tool.py", "M", "100755", "100755"),
-                  Change("calc.py", "M"), Change("docs/a.md", "M")], ctx) == {
-        "ci/local.sh": "grader file", "ci/local": "grader file", "bin/tool.py": "grader file"}
+                  Change("calc.py", "M"), Change("ci/settings.env", "M"), Change("pkg/new.py", "A")], ctx) == {
+        "ci/local.sh": "grader file", "ci/local": "grader file", "bin/tool.py": "grader file",
+        "ci/settings.env": "grader file"}                  # (`. "$HERE/ci/settings.env"` sources any name)
     assert check([Change("ci/local.sh", "A")], Context()) == {}
 
 
@@ -280,12 +281,14 @@ def test_data_the_tests_name_is_theirs():
                 ("tests/test_calc.py", 'GOLDEN = "golden/out.txt"'),
                 ("calc.py", 'open("config.yaml")'),                          # the code's own data: not the tests'
                 ("tests/test_calc.py", "# see notes.md"),                    # unquoted: not a file it reads
-                ("tests/test_calc.py", "x = 'my-cases.json'")]               # another name that ends alike
+                ("tests/test_calc.py", "x = 'my-cases.json'"),               # another name that ends alike
+                ("tests/test_calc.py", "for f in (ROOT / 'golden2').glob('*.txt'):")]   # a directory, whole
     patch = "+++ b/tests/test_new.py\n+    expected = load('extra.csv')\n"
     lines = lines_of_tests(mentions, ctx, patch)
     changes = [Change(p, "M") for p in ("data/cases.json", "golden/out.txt", "config.yaml", "notes.md", "extra.csv",
-                                         "calc.py")]
-    assert named_by_tests(changes, lines) == {"data/cases.json", "golden/out.txt", "extra.csv"}
+                                         "calc.py", "golden2/a.txt", "golden2/sub/expected", "golden22/b.txt")]
+    assert named_by_tests(changes, lines) == {"data/cases.json", "golden/out.txt", "extra.csv", "golden2/a.txt",
+                                              "golden2/sub/expected"}
     assert check([Change("data/cases.json", "M")], Context(test_data=frozenset({"data/cases.json"}))) == {
         "data/cases.json": "test data"}
 

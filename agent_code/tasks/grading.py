@@ -217,7 +217,7 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         tracked=tracked_set)
     names = protected.new_names(changes, context)
     submodules = protected.submodule_mentions(changes, context)
-    data = frozenset(c.name for c in protected.data_changes(changes))
+    data = protected.data_names(changes)
     if names or submodules or data:
         lines = await _mentions(box, baseline, names | submodules | data)
         context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),

@@ -222,8 +222,8 @@ RULES: tuple[Rule, ...] = (
          lambda c, x: c.name == "__init__.py" and c.status != "M"
          and posixpath.dirname(c.path) in x.test_ancestors),
     Rule("grader file", "a file the grading command names (a script, a test module) runs the grading; when it "
-         "computes paths or changes directory, any script may",
-         lambda c, x: c.path in x.grader_paths or (x.opaque_grader and script_like(c))),
+         "computes paths or changes directory, any script, and any file but a python module, may be run or sourced",
+         lambda c, x: c.path in x.grader_paths or (x.opaque_grader and (script_like(c) or _components(c) is None))),
     Rule("runner config", "test-runner configuration (any of its homes, anywhere) can add plugins and options",
          lambda c, x: c.name.lower() in RUNNER_CONFIGS),
     Rule("packaging", "packaging metadata can register plugins (entry points) or rewrite imports",
@@ -490,7 +490,12 @@ def asked_for(changes: Iterable[Change], ctx: Context, mentions: Iterable[tuple[
 
 def data_changes(changes: Iterable[Change]) -> list[Change]:
     """The changes to files that are not python modules (data a test may read)."""
-    return [c for c in changes if _components(c) is None and "." in c.name.lstrip(".")]
+    return [c for c in changes if _components(c) is None]
+
+
+def data_names(changes: Iterable[Change]) -> frozenset[str]:
+    """What a test would quote to read a changed data file: its name and its directories' names."""
+    return frozenset(part for c in data_changes(changes) for part in c.parts if part)
 
 
 def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | None = None) -> list[str]:
@@ -503,10 +508,15 @@ def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | N
 
 def named_by_tests(changes: Iterable[Change], lines: Iterable[str]) -> frozenset[str]:
     """Paths of the changed data files whose name a test quotes (``"cases.json"``,
-    ``"data/cases.json"``, ``HERE / "golden" / "out.txt"``)."""
+    ``"data/cases.json"``, ``HERE / "golden" / "out.txt"``), or the name of a directory they are
+    in, quoted whole (``(ROOT / "golden").glob("*.txt")``)."""
     text = "\n".join(line for line in lines if "'" in line or '"' in line)
-    return frozenset(c.path for c in data_changes(changes)
-                     if re.search(rf"(?<![\w.-]){re.escape(c.name)}(?![\w-])", text))
+
+    def quoted(c: Change) -> bool:
+        if re.search(rf"(?<![\w.-]){re.escape(c.name)}(?![\w-])", text):
+            return True
+        return any(re.search(rf"[\"'/]{re.escape(d)}[\"'/]", text) for d in c.parts[:-1] if d)
+    return frozenset(c.path for c in data_changes(changes) if quoted(c))
 
 
 def patch_paths(patch: str | None) -> frozenset[str]:
