@@ -222,6 +222,10 @@ def test_which_baseline_lines_import_a_name():
              "from . import msgpack"]
     names = {"simplejson", "ujson", "yaml", "calc_plugin", "other", "orjson", "tomlkit", "msgpack", "json5"}
     assert imported_names(lines, names) == {"simplejson", "yaml", "calc_plugin", "other", "tomlkit", "msgpack"}
+    # a bare name in a config file is how a project lists what it imports by string; in code it is not
+    pairs = [("pkg/plugins.cfg", "enabled = calc_extra, other_one"), ("setup.json", '{"x": 1}'),
+             ("pkg/mod.py", "calc_thing = 1"), ("pkg/plugins.cfg", "# disabled = json5")]
+    assert imported_names(pairs, {"calc_extra", "other_one", "calc_thing", "json5"}) == {"calc_extra", "other_one"}
 
 
 def test_what_the_runner_collects_comes_from_the_config_and_the_command():
@@ -265,8 +269,11 @@ def test_the_grading_commands_scripts_and_what_they_run_are_the_grader():
         "package.json": "runner config", "web/Justfile": "runner config"}
     # a command (or script) that computes paths or changes directory may run any script
     for command in ("bash ci/run.sh", "cd ci && bash run.sh", 'bash "$PWD/ci/run.sh"', "/testbed/run.sh",
-                    ". \"$(dirname \"$0\")/lib.sh\"", "sh `pwd`/x.sh"):
+                    ". \"$(dirname \"$0\")/lib.sh\"", "sh `pwd`/x.sh", "make test", "tox -e py311",
+                    "find ci -name '*.sh' -exec sh {} ';'", "ls ci/steps | xargs -n1 sh", "for f in ci/*.sh; do sh $f; done",
+                    "bash ci/run.sh 'tests/test_a.py::test_b[1]'", "npm test"):
         assert opaque(command) is (command != "bash ci/run.sh"), command
+    assert not opaque("python -m pytest -q -rA -p no:cacheprovider tests && source ci/env")
     ctx = Context(opaque_grader=True)
     assert check([Change("ci/local.sh", "A"), Change("ci/local", "A"), Change("bin/tool.py", "M", "100755", "100755"),
                   Change("calc.py", "M"), Change("ci/settings.env", "M"), Change("pkg/new.py", "A")], ctx) == {
@@ -291,6 +298,19 @@ def test_data_the_tests_name_is_theirs():
                                               "golden2/sub/expected"}
     assert check([Change("data/cases.json", "M")], Context(test_data=frozenset({"data/cases.json"}))) == {
         "data/cases.json": "test data"}
+    # named like expected values: data files whatever quotes them; modules when a test imports them
+    named = [Change(p, "M") for p in ("pkg/add_cases.json", "pkg/golden_out.txt", "pkg/_expected.py", "pkg/results.py",
+                                      "pkg/case.py", "pkg/showcases.md", "pkg/fixtures/__init__.py")]
+    assert named_by_tests(named, ["from pkg._expected import ADD", "from pkg.results import Result",
+                                  "from pkg import fixtures"]) == {
+        "pkg/add_cases.json", "pkg/golden_out.txt", "pkg/_expected.py", "pkg/fixtures/__init__.py"}
+    assert named_by_tests(named[2:3], ["import pkg"]) == set()            # a module no test imports: code
+
+
+def test_what_the_setup_left_untracked_is_the_machines():
+    ctx = Context(untracked=frozenset({"deps/", "build.log"}))
+    assert check([Change("deps/vendored/more.py", "A"), Change("build.log", "A"), Change("depsx/a.py", "A")], ctx) == {
+        "deps/vendored/more.py": "environment", "build.log": "environment"}
 
 
 def test_every_test_named_directory_above_a_test_is_support():

@@ -162,13 +162,14 @@ async def _mentions(box: Sandbox, baseline: str, names: frozenset[str]) -> list[
 
 
 # A module that lists its own directory and imports what it finds (a plugin registry).
-_LISTS = "iter_modules|walk_packages|listdir|scandir|iterdir|glob"
-_ITSELF = "__path__|__file__|__name__|dirname"
+_LISTS = "iter_modules|walk_packages|listdir|scandir|iterdir|glob|files\\("
+_ITSELF = "import_module|__import__|exec_module|load_module|__path__|__file__|__package__|__spec__"
 
 
 async def _enumerating(box: Sandbox, baseline: str, packages: frozenset[str]) -> frozenset[str]:
-    """The packages of the baseline with a module that lists a directory of its own
-    (``pkgutil.iter_modules(__path__)``, ``os.listdir(os.path.dirname(__file__))``)."""
+    """The packages of the baseline with a module that lists a directory and imports, or lists
+    its own (``pkgutil.iter_modules(__path__)``, ``os.listdir(os.path.dirname(__file__))``,
+    ``importlib.resources.files(__package__).iterdir()``)."""
     found = await box.exec(f"git grep -l -z -I -E --all-match -e {shlex.quote(_LISTS)} -e {shlex.quote(_ITSELF)} "
                            f"{baseline} -- '*.py'", user="agent", timeout=120, cwd=box.workdir)
     dirs = {posixpath.dirname(p.removeprefix(f"{baseline}:")) for p in found.stdout.split("\0") if p.strip()}
@@ -207,20 +208,24 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         test_files=tuple(task.test_files), test_patch_paths=tests,
         collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
         + protected.command_test_globs(command),
-        grader_paths=frozenset(scripts), opaque_grader=any(protected.opaque(t) for t in [command, *scripts.values()]),
+        grader_paths=frozenset(scripts),
+        # (a python grading script may run anything: ci/check.py globbing ci/steps/*.sh)
+        opaque_grader=any(protected.opaque(t) for t in [command, *scripts.values()])
+        or any(p.endswith(".py") and not protected.matches_any(p, task.test_files) for p in scripts),
         test_dirs=protected.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
         packages=protected.package_dirs(tracked),
         path_dirs=frozenset({""}) | machine.path_dirs,
         shadowable=protected.default_shadowable(machine.modules),
-        tracked=tracked_set)
+        tracked=tracked_set,
+        untracked=frozenset(await _lines(box, "git ls-files -z -o --directory", "listing what the setup left", {})))
     names = protected.new_names(changes, context)
     submodules = protected.submodule_mentions(changes, context)
     data = protected.data_names(changes)
     if names or submodules or data:
         lines = await _mentions(box, baseline, names | submodules | data)
-        context = replace(context, baseline_imports=protected.imported_names([t for _, t in lines], names),
+        context = replace(context, baseline_imports=protected.imported_names(lines, names),
                           asked_for=protected.asked_for(changes, context, lines),
                           test_data=protected.named_by_tests(changes, protected.test_lines(lines, context,
                                                                                              task.test_patch)))

@@ -89,6 +89,7 @@ class Context:
     asked_for: frozenset[str] = frozenset()             # added modules the baseline's code imports by name
     enumerating: frozenset[str] = frozenset()           # packages whose code lists and imports their modules
     deleted: frozenset[str] = frozenset()               # files the change deletes (check() fills it)
+    untracked: frozenset[str] = frozenset()             # what the task's setup left untracked (``deps/``)
 
     @property
     def live_packages(self) -> frozenset[str]:
@@ -232,8 +233,10 @@ RULES: tuple[Rule, ...] = (
          or any(p.endswith((".egg-info", ".dist-info", ".egg")) for p in c.parts[:-1])),
     Rule("startup hook", "sitecustomize/usercustomize run in every python that starts",
          lambda c, x: c.name.split(".", 1)[0] in {"sitecustomize", "usercustomize"}),
-    Rule("environment", "an interpreter's environment (a venv, site-packages) is the machine's, not the code's",
-         lambda c, x: c.name == "pyvenv.cfg" or any(p in ENVIRONMENT_DIRS for p in c.parts[:-1])),
+    Rule("environment", "an interpreter's environment (a venv, site-packages, what the task's setup installed into "
+         "the workspace) is the machine's, not the code's",
+         lambda c, x: c.name == "pyvenv.cfg" or any(p in ENVIRONMENT_DIRS for p in c.parts[:-1])
+         or c.path in x.untracked or any(c.path.startswith(d.rstrip("/") + "/") for d in x.untracked)),
     Rule("bytecode or binary module", "compiled modules run without their source (unchecked .pyc, a .so "
          "that outranks the .py beside it)",
          lambda c, x: "__pycache__" in c.parts or c.name.endswith(BINARY_MODULE_SUFFIXES)),
@@ -420,11 +423,20 @@ def command_test_globs(command: str) -> tuple[str, ...]:
     return _anywhere(found)
 
 
+# Words after which a command runs what no word of it names: build tools and task runners (their
+# recipes), finders, and what loops over a directory.
+RUNNING_WORDS = frozenset({"cd", "pushd", "popd", "find", "xargs", "-exec", "-execdir", "run-parts", "make", "gmake",
+                           "tox", "nox", "npm", "npx", "yarn", "pnpm", "just", "task", "hatch", "invoke", "inv", "poe",
+                           "pdm", "pixi", "rye", "uv", "poetry", "for", "eval", "parallel", "ls"})
+
+
 def opaque(command: str) -> bool:
-    """Whether a grading command (or a script it runs) may run files its words do not name:
-    a word with an expansion (``$HERE/ci/local.sh``, ``$(…)``, backticks), an absolute path,
-    or a change of directory (``cd ci && bash run.sh``)."""
-    return any("$" in w or "`" in w or w.startswith("/") or w in ("cd", "pushd", "popd") for w in _words(command))
+    """Whether a grading command (or a script it runs) may run files its words do not name: a
+    word with an expansion (``$HERE/ci/local.sh``, ``$(…)``, backticks) or a glob (``ci/*.sh``),
+    an absolute path, a change of directory, or a tool that runs what its own files or a search
+    say (``make test``, ``tox``, ``find … -exec``, ``xargs``)."""
+    return any("$" in w or "`" in w or w.startswith("/") or w in RUNNING_WORDS or any(c in w for c in "*?[")
+               for w in _words(command))
 
 
 def script_like(change: Change) -> bool:
@@ -434,16 +446,24 @@ def script_like(change: Change) -> bool:
                                                                                            change.new_mode)
 
 
-def imported_names(lines: Iterable[str], names: Iterable[str]) -> frozenset[str]:
-    """Which of ``names`` the baseline's ``lines`` ask python for: as a top-level name on a line
-    that imports (``import simplejson``, ``from yaml import x``, ``import_module("ujson")``), or
-    quoted anywhere (``INSTALLED_APPS = ["myapp"]``, ``"plugin:main"``), which is how names
-    reach an import by string."""
-    importing = "\n".join(line for line in lines if "import" in line)
-    text = "\n".join(lines)
+CONFIG_SUFFIXES = (".cfg", ".ini", ".toml", ".json", ".yaml", ".yml", ".conf", ".env", ".properties")
+
+
+def imported_names(lines: Iterable[str | tuple[str, str]], names: Iterable[str]) -> frozenset[str]:
+    """Which of ``names`` the baseline's ``lines`` (text, or ``(path, text)``) ask python for: as
+    a top-level name on a line that imports (``import simplejson``, ``from yaml import x``,
+    ``import_module("ujson")``), quoted anywhere (``INSTALLED_APPS = ["myapp"]``,
+    ``"plugin:main"``), or as a bare word in a config file (``enabled = calc_extra`` in a
+    ``.cfg``), which is how names reach an import by string."""
+    pairs = [(None, line) if isinstance(line, str) else line for line in lines]
+    importing = "\n".join(line for _, line in pairs if "import" in line)
+    text = "\n".join(line for _, line in pairs)
+    configs = "\n".join(line for path, line in pairs if path and path.lower().endswith(CONFIG_SUFFIXES)
+                        and not line.lstrip().startswith(("#", ";")))
     return frozenset(n for n in names
                      if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", importing)
-                     or re.search(rf"[\"']{re.escape(n)}[\"'.:]", text))
+                     or re.search(rf"[\"']{re.escape(n)}[\"'.:]", text)
+                     or re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", configs))
 
 
 def new_names(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
@@ -494,8 +514,11 @@ def data_changes(changes: Iterable[Change]) -> list[Change]:
 
 
 def data_names(changes: Iterable[Change]) -> frozenset[str]:
-    """What a test would quote to read a changed data file: its name and its directories' names."""
-    return frozenset(part for c in data_changes(changes) for part in c.parts if part)
+    """What a test would quote to read a changed data file (its name and its directories'
+    names), or import to read a module of expected values (its name)."""
+    changes = list(changes)
+    names = {part for c in data_changes(changes) for part in c.parts if part}
+    return frozenset(names | {comps[-1] for c in changes if (comps := _components(c)) and _DATA_MODULE.search(comps[-1])})
 
 
 def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | None = None) -> list[str]:
@@ -504,6 +527,13 @@ def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | N
     lines = [line for path, line in mentions if matches_any(path, ctx.test_files) or path in ctx.test_patch_paths
              or any(path.startswith(d + "/") for d in ctx.test_dirs)]
     return lines + [line[1:] for line in (patch or "").splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+# Names that say "expected values": a data file so named is the tests' whatever quotes it, and so
+# is a module so named that a test imports (the stricter list: no project module is "golden").
+_DATA_NAME = re.compile(r"(?:^|[^a-z])(?:expected|cases|golden|fixtures?|testdata|samples|snapshots?)(?:[^a-z]|$)",
+                        re.IGNORECASE)
+_DATA_MODULE = re.compile(r"(?:^|[^a-z])(?:expected|golden|fixtures|testdata|snapshots?)(?:[^a-z]|$)", re.IGNORECASE)
 
 
 def named_by_tests(changes: Iterable[Change], lines: Iterable[str]) -> frozenset[str]:
@@ -516,7 +546,13 @@ def named_by_tests(changes: Iterable[Change], lines: Iterable[str]) -> frozenset
         if re.search(rf"(?<![\w.-]){re.escape(c.name)}(?![\w-])", text):
             return True
         return any(re.search(rf"[\"'/]{re.escape(d)}[\"'/]", text) for d in c.parts[:-1] if d)
-    return frozenset(c.path for c in data_changes(changes) if quoted(c))
+
+    changes = list(changes)
+    data = {c.path for c in data_changes(changes) if quoted(c) or _DATA_NAME.search(c.name)}
+    imports = "\n".join(lines)   # a module of expected values that a test imports
+    data |= {c.path for c in changes if (comps := _components(c)) and _DATA_MODULE.search(comps[-1])
+             and re.search(rf"(?<!\w){re.escape(comps[-1])}(?!\w)", imports)}
+    return frozenset(data)
 
 
 def patch_paths(patch: str | None) -> frozenset[str]:
