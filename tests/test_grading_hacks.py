@@ -13,12 +13,12 @@ import pytest
 
 from agent_code.tasks import Task, grade, prepare_workspace
 from agent_code.tasks.grading import decide
-from agent_code.tasks.protected import (RULES, Change, Context, check, command_paths, command_test_globs,
-                                        asked_for, config_files, configured_test_globs, default_shadowable,
-                                        dotted_names, grader_paths, imported_names, named_by_tests, new_names, opaque,
-                                        submodule_mentions)
-from agent_code.tasks.protected import test_lines as lines_of_tests
-from agent_code.tasks.protected import test_dirs as dirs_of_tests
+from agent_code.tasks.evidence import (asked_for, command_paths, command_test_globs, config_files,
+                                       configured_test_globs, grader_paths, imported_names, named_by_tests, new_names,
+                                       opaque, submodule_mentions)
+from agent_code.tasks.evidence import test_dirs as dirs_of_tests
+from agent_code.tasks.evidence import test_lines as lines_of_tests
+from agent_code.tasks.protected import RULES, Change, Context, check, default_shadowable, dotted_names
 from hacks import HACKS, Hack, unchecked_pyc
 from test_tasks import CALC, ENV, calc_task, make_box, write_tree
 
@@ -159,7 +159,8 @@ BASELINE = frozenset({"pkg/__init__.py", "pkg/calc.py", "pkg/tests/__init__.py",
 
 
 def baseline_ctx(**fields) -> Context:
-    from agent_code.tasks.protected import ancestors, package_dirs
+    from agent_code.tasks.evidence import package_dirs
+    from agent_code.tasks.protected import ancestors
 
     tests = [p for p in BASELINE if "/tests/" in p]
     return Context(test_files=("**/tests/**",), test_ancestors=ancestors(tests), packages=package_dirs(BASELINE),

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
-from agent_code.tasks import guard, protected
+from agent_code.tasks import evidence, guard, protected
 from agent_code.tasks.protected import matches_any  # noqa: F401  (the task-glob matcher, re-exported)
 from agent_code.tasks.task import Task, TaskError
 from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, prepare_workspace, run_step
@@ -181,12 +181,12 @@ async def _grader_paths(box: Sandbox, baseline: str, command: str, ids: Sequence
     """``{path: text}`` of the files the grading command names, and of those its shell scripts
     run, four deep (text only for the shell scripts; '' for the others)."""
     scripts: dict[str, str | None] = {}
-    found = protected.command_paths(command, ids)
+    found = evidence.command_paths(command, ids)
     for _ in range(4):
-        wanted = [p for p in protected.shell_scripts(found) if p not in scripts]
+        wanted = [p for p in evidence.shell_scripts(found) if p not in scripts]
         got = await _baseline_files(box, baseline, [p for p in wanted if p in tracked])
         scripts.update({p: got.get(p) for p in wanted})
-        more = protected.grader_paths(command, ids, scripts)
+        more = evidence.grader_paths(command, ids, scripts)
         if more == found:
             break
         found = more
@@ -198,36 +198,36 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
     """What the rules of ``protected.py`` need to know about this task, this machine and this
     change: the baseline's files, config and scripts, the machine's modules, what the
     baseline's code imports of what the change adds."""
-    tests = protected.patch_paths(task.test_patch)
+    tests = evidence.patch_paths(task.test_patch)
     command = task.eval_cmd or task.test_cmd or ""
     tracked_set = frozenset(tracked)
-    configs = await _baseline_files(box, baseline, [p for p in protected.config_files(tracked, command)
+    configs = await _baseline_files(box, baseline, [p for p in evidence.config_files(tracked, command)
                                                      if p in tracked_set])
     scripts = await _grader_paths(box, baseline, command, task.tests, tracked_set)
     context = protected.Context(
         test_files=tuple(task.test_files), test_patch_paths=tests,
-        collected=protected.RUNNER_TEST_FILES + protected.configured_test_globs(configs)
-        + protected.command_test_globs(command),
+        collected=protected.RUNNER_TEST_FILES + evidence.configured_test_globs(configs)
+        + evidence.command_test_globs(command),
         grader_paths=frozenset(scripts),
         # (a python grading script may run anything: ci/check.py globbing ci/steps/*.sh)
-        opaque_grader=any(protected.opaque(t) for t in [command, *scripts.values()])
+        opaque_grader=any(evidence.opaque(t) for t in [command, *scripts.values()])
         or any(p.endswith(".py") and not protected.matches_any(p, task.test_files) for p in scripts),
-        test_dirs=protected.test_dirs(tracked, task.test_files, tests),
+        test_dirs=evidence.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
-        packages=protected.package_dirs(tracked),
+        packages=evidence.package_dirs(tracked),
         path_dirs=frozenset({""}) | machine.path_dirs,
         shadowable=protected.default_shadowable(machine.modules),
         tracked=tracked_set,
         untracked=frozenset(await _lines(box, "git ls-files -z -o --directory", "listing what the setup left", {})))
-    names = protected.new_names(changes, context)
-    submodules = protected.submodule_mentions(changes, context)
-    data = protected.data_names(changes)
+    names = evidence.new_names(changes, context)
+    submodules = evidence.submodule_mentions(changes, context)
+    data = evidence.data_names(changes)
     if names or submodules or data:
         lines = await _mentions(box, baseline, names | submodules | data)
-        context = replace(context, baseline_imports=protected.imported_names(lines, names),
-                          asked_for=protected.asked_for(changes, context, lines),
-                          test_data=protected.named_by_tests(changes, protected.test_lines(lines, context,
+        context = replace(context, baseline_imports=evidence.imported_names(lines, names),
+                          asked_for=evidence.asked_for(changes, context, lines),
+                          test_data=evidence.named_by_tests(changes, evidence.test_lines(lines, context,
                                                                                              task.test_patch)))
     if submodules:
         context = replace(context, enumerating=await _enumerating(box, baseline, context.packages))
@@ -251,7 +251,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
         return applied, {}, {}
     raw = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
                          "listing the agent's changes", user="agent", env=index)
-    changes = protected.parse_raw_diff(raw.stdout)
+    changes = evidence.parse_raw_diff(raw.stdout)
     tracked = await _lines(box, f"git ls-tree -r -z --name-only {baseline}", "listing the baseline", index)
     context = await _context(box, task, baseline, machine, changes, tracked)
     refused = protected.check(changes, context, rules)
@@ -262,7 +262,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                        " --pathspec-file-nul", "leaving out the refused changes", user="agent", env=index)
         left = await run_step(box, f"git diff-index --cached --raw -z --no-renames {baseline} --",
                               "listing the agent's changes", user="agent", env=index)
-        stuck = sorted({c.path for c in protected.parse_raw_diff(left.stdout)} & set(refused))
+        stuck = sorted({c.path for c in evidence.parse_raw_diff(left.stdout)} & set(refused))
         if stuck:
             raise TaskError(f"could not leave out the refused change(s) {stuck!r}")
     allowed = f"{box.home}/allowed.diff"
@@ -270,7 +270,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
                    "applying the agent's change", user="agent", env=index)
     taken = [c for c in changes if c.path not in refused]
-    files = guard.guard_files(protected.new_names(taken, context), box.workdir,
+    files = guard.guard_files(evidence.new_names(taken, context), box.workdir,
                               [*tracked, *(c.path for c in taken if c.status == "A")])
     return None, dict(sorted(refused.items())), files
 

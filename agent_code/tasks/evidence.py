@@ -1,0 +1,336 @@
+"""What the grader learns for the rules of ``protected.py``: from the task (its grading command
+and test files), the baseline (its config, scripts, imports, the tests' data) and the change
+(what it adds and deletes). Pure functions of text; ``grading.py`` reads the text from the
+grading sandbox and builds the :class:`~agent_code.tasks.protected.Context` with them."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import replace
+from typing import Iterable
+
+from agent_code.tasks.protected import (SCRIPT_SUFFIXES, TEST_DIR_NAMES, Change, Context, _components, dotted_names,
+                                        importable_names, matches_any)
+
+
+def _words(command: str) -> list[str]:
+    """The shell words of ``command``, and those of every word that is itself a command line
+    (``bash -c 'sh ci/run.sh -x'``), depth first."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = [w for w in command.split() if not w.startswith("#")]
+    out: list[str] = []
+    for word in words:
+        out.append(word)
+        if any(c.isspace() for c in word) and word != command:
+            out.extend(_words(word))
+    return out
+
+
+def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
+    """Repository-relative paths a grading command names: each word that looks like a file
+    (``bash run_tests.sh``, ``python check.py``, ``tests/test_x.py::test_y``, those inside a
+    ``bash -c '…'`` script), and the files of ``ids`` (FAIL_TO_PASS / PASS_TO_PASS test ids)."""
+    found: set[str] = set()
+    for word in [*_words(command), *ids]:
+        word = word.split("::", 1)[0].split("=", 1)[-1]
+        if not word or word.startswith("-") or word.startswith("/") or "$" in word or any(c.isspace() for c in word):
+            continue
+        path = posixpath.normpath(word.removeprefix("./"))
+        if path.startswith("..") or path == ".":
+            continue
+        if "." in posixpath.basename(path) or "/" in path or path.lower() in {"makefile", "gnumakefile"}:
+            found.add(path)
+    return frozenset(found)
+
+
+def shell_scripts(paths: Iterable[str]) -> list[str]:
+    """The paths among ``paths`` that may be shell scripts (``.sh``, no suffix, …)."""
+    return sorted(p for p in paths if posixpath.splitext(p)[1] in SCRIPT_SUFFIXES)
+
+
+def grader_paths(command: str, ids: Iterable[str], scripts: dict[str, str | None]) -> frozenset[str]:
+    """:func:`command_paths`, and the paths that each shell script among them names in turn
+    (``run_tests.sh`` calling ``ci/helper.sh``), as far as ``scripts`` (``{path: the baseline's
+    text, or None}``) has read them."""
+    found = set(command_paths(command, ids))
+    todo = shell_scripts(found)
+    while todo:
+        named: set[str] = set()
+        for path in todo:
+            named |= command_paths(scripts.get(path) or "")
+        todo = shell_scripts(named - found)
+        found |= named
+    return frozenset(found)
+
+
+PYTEST_CONFIGS = {"pytest.toml": "pytest", ".pytest.toml": "pytest", "pytest.ini": "pytest", ".pytest.ini": "pytest",
+                  "pyproject.toml": "tool.pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
+
+
+def _pytest_option(path: str, text: str, option: str) -> list[str]:
+    """The words of ``option`` (``python_files``, ``addopts``) in one pytest config file (by its
+    name; another name is read as a ``[pytest]`` ini file, or as TOML for ``.toml``)."""
+    import configparser
+    import tomllib
+
+    name = posixpath.basename(path)
+    value: object = None
+    try:
+        if name.endswith(".toml"):
+            table = tomllib.loads(text)
+            if name == "pyproject.toml":
+                table = table.get("tool", {}).get("pytest", {})
+                table = table.get("ini_options", table)
+            else:
+                table = table.get("pytest", table)
+            value = table.get(option)
+        else:
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read_string(text)
+            section = PYTEST_CONFIGS.get(name) or next((s for s in ("pytest", "tool:pytest") if parser.has_section(s)),
+                                                       "pytest")
+            value = parser.get(section, option, fallback=None)
+    except (ValueError, configparser.Error, AttributeError):
+        return []
+    if isinstance(value, str):
+        return _words(value) if option == "addopts" else value.split()
+    if isinstance(value, list):
+        return [w for w in value if isinstance(w, str)]
+    return []
+
+
+def _collecting_options(words: list[str]) -> list[str]:
+    """What pytest options among ``words`` make it collect as tests: ``--doctest-glob``'s
+    patterns, every ``.py`` file for ``--doctest-modules``, ``-o python_files=…`` (and the same
+    inside ``-o addopts=…``)."""
+    found: list[str] = []
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
+        if word == "--doctest-modules":
+            found.append("*.py")
+        elif word == "--doctest-glob":
+            found.append(following)
+        elif word.startswith("--doctest-glob="):
+            found.append(word.split("=", 1)[1])
+        elif word in ("-o", "--override-ini") or word.startswith(("--override-ini=", "-o")):
+            value = following if word in ("-o", "--override-ini") else word.split("=", 1)[1] if word.startswith(
+                "--override-ini=") else word[2:]
+            key, _, setting = value.partition("=")
+            if key.strip() == "python_files":
+                found += setting.split()
+            elif key.strip() == "addopts":
+                found += _collecting_options(_words(setting))
+    return found
+
+
+def _anywhere(patterns: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p if p.startswith("**/") else "**/" + p.lstrip("/") for p in patterns if p)
+
+
+def config_files(tracked: Iterable[str], command: str) -> list[str]:
+    """The pytest config files pytest may read: every file named like one, at any depth (the
+    rootdir is where the command's arguments lead), and those the command names with
+    ``-c``/``--config-file``."""
+    words = _words(command)
+    named = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-c", "--config-file")]
+    named += [w.split("=", 1)[1] for w in words if w.startswith("--config-file=")]
+    return sorted({p for p in tracked if posixpath.basename(p) in PYTEST_CONFIGS}
+                  | {posixpath.normpath(p.removeprefix("./")) for p in named if p and not p.startswith("/")})
+
+
+def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
+    """The files the project's pytest configuration (``{path: text}`` of its config files) makes
+    pytest collect (import) as tests beside its defaults: ``python_files``, and
+    ``--doctest-glob``/``--doctest-modules`` (every module) in ``addopts``; as globs at any depth."""
+    found: list[str] = []
+    for path, text in sorted(configs.items()):
+        found += _pytest_option(path, text, "python_files")
+        found += _collecting_options(_pytest_option(path, text, "addopts"))
+    return _anywhere(found)
+
+
+def command_test_globs(command: str) -> tuple[str, ...]:
+    """The same for a grading command: ``unittest discover -p PATTERN`` (``--pattern``) and
+    pytest's options (doctests, ``-o python_files=…``), as globs at any depth."""
+    words = _words(command)
+    found = _collecting_options(words)
+    if any("unittest" in w for w in words):
+        for i, word in enumerate(words):
+            if word in ("-p", "--pattern") and i + 1 < len(words):
+                found.append(words[i + 1])
+            elif word.startswith("--pattern="):
+                found.append(word.split("=", 1)[1])
+    return _anywhere(found)
+
+
+# Words after which a command runs what no word of it names: build tools and task runners (their
+# recipes), finders, and what loops over a directory.
+RUNNING_WORDS = frozenset({"cd", "pushd", "popd", "find", "xargs", "-exec", "-execdir", "run-parts", "make", "gmake",
+                           "tox", "nox", "npm", "npx", "yarn", "pnpm", "just", "task", "hatch", "invoke", "inv", "poe",
+                           "pdm", "pixi", "rye", "uv", "poetry", "for", "eval", "parallel", "ls"})
+
+
+def opaque(command: str) -> bool:
+    """Whether a grading command (or a script it runs) may run files its words do not name: a
+    word with an expansion (``$HERE/ci/local.sh``, ``$(…)``, backticks) or a glob (``ci/*.sh``),
+    an absolute path, a change of directory, or a tool that runs what its own files or a search
+    say (``make test``, ``tox``, ``find … -exec``, ``xargs``)."""
+    return any("$" in w or "`" in w or w.startswith("/") or w in RUNNING_WORDS or any(c in w for c in "*?[")
+               for w in _words(command))
+
+
+CONFIG_SUFFIXES = (".cfg", ".ini", ".toml", ".json", ".yaml", ".yml", ".conf", ".env", ".properties")
+
+
+def imported_names(lines: Iterable[str | tuple[str, str]], names: Iterable[str]) -> frozenset[str]:
+    """Which of ``names`` the baseline's ``lines`` (text, or ``(path, text)``) ask python for: as
+    a top-level name on a line that imports (``import simplejson``, ``from yaml import x``,
+    ``import_module("ujson")``), quoted anywhere (``INSTALLED_APPS = ["myapp"]``,
+    ``"plugin:main"``), or as a bare word in a config file (``enabled = calc_extra`` in a
+    ``.cfg``), which is how names reach an import by string."""
+    pairs = [(None, line) if isinstance(line, str) else line for line in lines]
+    importing = "\n".join(line for _, line in pairs if "import" in line)
+    text = "\n".join(line for _, line in pairs)
+    configs = "\n".join(line for path, line in pairs if path and path.lower().endswith(CONFIG_SUFFIXES)
+                        and not line.lstrip().startswith(("#", ";")))
+    return frozenset(n for n in names
+                     if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", importing)
+                     or re.search(rf"[\"']{re.escape(n)}[\"'.:]", text)
+                     or re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", configs))
+
+
+def new_names(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
+    """The top-level names the change's added modules would bring that the baseline lacked."""
+    changes = list(changes)
+    deleted = ctx.deleted | {c.path for c in changes if c.status == "D"}
+    ctx = replace(ctx, deleted=deleted)
+    return frozenset(name for c in changes if c.status == "A" for name, new in importable_names(c, ctx) if new)
+
+
+def submodule_mentions(changes: Iterable[Change], ctx: Context) -> frozenset[str]:
+    """The last names of the change's added modules that :func:`dotted_names` can name (what to
+    look for in the baseline before :func:`asked_for`)."""
+    return frozenset(name.rsplit(".", 1)[1] for c in changes if c.status == "A" for name in dotted_names(c, ctx))
+
+
+def asked_for(changes: Iterable[Change], ctx: Context, mentions: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """Paths of the change's added modules that the baseline's own code (its tests aside: a
+    module a test asks for is one the task wants) imports: by a dotted name on an import line or
+    in quotes (``import pkg._speedups``, ``from pkg import _speedups``, ``"pkg._speedups"``), or
+    relatively from beside it (``from ._speedups import x``, ``from . import _speedups``).
+    ``mentions`` are the baseline's ``(path, line)`` lines that name a
+    :func:`submodule_mentions` name."""
+    lines = [(p, line) for p, line in mentions
+             if not (matches_any(p, ctx.test_files) or p in ctx.test_patch_paths or line.lstrip().startswith("#"))]
+    found: set[str] = set()
+    for change in changes:
+        names = dotted_names(change, ctx) if change.status == "A" else []
+        if not names:
+            continue
+        comps = _components(change) or []
+        here, last = "/".join(comps[:-1]), comps[-1]
+        relative = re.compile(rf"from\s+\.\s*import\s+[^#\n]*(?<![\w.]){re.escape(last)}(?!\w)"
+                              rf"|from\s+\.{re.escape(last)}(?!\w)")
+        dotted = [re.compile(rf"(?<![\w.]){re.escape(n)}(?!\w)|from\s+{re.escape(n.rsplit('.', 1)[0])}\s+import\s+"
+                             rf"[^#\n]*(?<![\w.]){re.escape(last)}(?!\w)|[\"']{re.escape(n)}[\"'.:]") for n in names]
+        for path, line in lines:
+            if (posixpath.dirname(path) == here and relative.search(line)) or (
+                    any(rx.search(line) for rx in dotted) and ("import" in line or "'" in line or '"' in line)):
+                found.add(change.path)
+                break
+    return frozenset(found)
+
+
+def data_changes(changes: Iterable[Change]) -> list[Change]:
+    """The changes to files that are not python modules (data a test may read)."""
+    return [c for c in changes if _components(c) is None]
+
+
+def data_names(changes: Iterable[Change]) -> frozenset[str]:
+    """What a test would quote to read a changed data file (its name and its directories'
+    names), or import to read a module of expected values (its name)."""
+    changes = list(changes)
+    names = {part for c in data_changes(changes) for part in c.parts if part}
+    return frozenset(names | {comps[-1] for c in changes if (comps := _components(c)) and _DATA_MODULE.search(comps[-1])})
+
+
+def test_lines(mentions: Iterable[tuple[str, str]], ctx: Context, patch: str | None = None) -> list[str]:
+    """The lines of ``mentions`` (``(path, line)`` of the baseline) that are in test files, and
+    the lines the hidden tests (``patch``) add."""
+    lines = [line for path, line in mentions if matches_any(path, ctx.test_files) or path in ctx.test_patch_paths
+             or any(path.startswith(d + "/") for d in ctx.test_dirs)]
+    return lines + [line[1:] for line in (patch or "").splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+# Names that say "expected values": a data file so named is the tests' whatever quotes it, and so
+# is a module so named that a test imports (the stricter list: no project module is "golden").
+_DATA_NAME = re.compile(r"(?:^|[^a-z])(?:expected|cases|golden|fixtures?|testdata|samples|snapshots?)(?:[^a-z]|$)",
+                        re.IGNORECASE)
+_DATA_MODULE = re.compile(r"(?:^|[^a-z])(?:expected|golden|fixtures|testdata|snapshots?)(?:[^a-z]|$)", re.IGNORECASE)
+
+
+def named_by_tests(changes: Iterable[Change], lines: Iterable[str]) -> frozenset[str]:
+    """Paths of the changed data files whose name a test quotes (``"cases.json"``,
+    ``"data/cases.json"``, ``HERE / "golden" / "out.txt"``), or the name of a directory they are
+    in, quoted whole (``(ROOT / "golden").glob("*.txt")``)."""
+    text = "\n".join(line for line in lines if "'" in line or '"' in line)
+
+    def quoted(c: Change) -> bool:
+        if re.search(rf"(?<![\w.-]){re.escape(c.name)}(?![\w-])", text):
+            return True
+        return any(re.search(rf"[\"'/]{re.escape(d)}[\"'/]", text) for d in c.parts[:-1] if d)
+
+    changes = list(changes)
+    data = {c.path for c in data_changes(changes) if quoted(c) or _DATA_NAME.search(c.name)}
+    imports = "\n".join(lines)   # a module of expected values that a test imports
+    data |= {c.path for c in changes if (comps := _components(c)) and _DATA_MODULE.search(comps[-1])
+             and re.search(rf"(?<!\w){re.escape(comps[-1])}(?!\w)", imports)}
+    return frozenset(data)
+
+
+def patch_paths(patch: str | None) -> frozenset[str]:
+    """Files a unified diff (a task's ``test_patch``) adds or changes."""
+    found: set[str] = set()
+    for line in (patch or "").splitlines():
+        if line.startswith("+++ ") or line.startswith("--- "):
+            target = line[4:].split("\t", 1)[0].strip()
+            if target != "/dev/null" and target[:2] in ("a/", "b/"):
+                found.add(target[2:])
+    return frozenset(found)
+
+
+def test_dirs(tracked: Iterable[str], ctx_test_files: Iterable[str], extra: Iterable[str] = ()) -> frozenset[str]:
+    """Directories named like test directories (``tests``, ``testing``, ``spec``, ...) that hold
+    a test file at any depth, each of them (``pkg/testing/`` above ``pkg/testing/tests/``): what
+    is beside the tests there is the tests' own support code."""
+    globs = tuple(ctx_test_files)
+    dirs: set[str] = set()
+    for path in [*tracked, *extra]:
+        if not (matches_any(path, globs) or path in extra):
+            continue
+        parts = path.split("/")[:-1]
+        dirs.update("/".join(parts[:depth]) for depth in range(len(parts), 0, -1)
+                    if parts[depth - 1].lower() in TEST_DIR_NAMES)
+    return frozenset(dirs)
+
+
+def package_dirs(tracked: Iterable[str]) -> frozenset[str]:
+    """Directories that hold an ``__init__.py``."""
+    return frozenset(posixpath.dirname(p) for p in tracked if posixpath.basename(p) == "__init__.py"
+                     and posixpath.dirname(p))
+
+
+def parse_raw_diff(raw: str) -> list[Change]:
+    """Rows of ``git diff-index --raw -z --no-renames``: ``:old new oldsha newsha S\\0path\\0``."""
+    fields = raw.split("\0")
+    changes: list[Change] = []
+    for meta, path in zip(fields[0::2], fields[1::2]):
+        if not meta.startswith(":"):
+            continue
+        old_mode, new_mode, _, _, status = meta[1:].split(" ")
+        changes.append(Change(path, status[:1], old_mode, new_mode))
+    return changes
