@@ -227,6 +227,8 @@ def test_which_baseline_lines_import_a_name():
     pairs = [("pkg/plugins.cfg", "enabled = calc_extra, other_one"), ("setup.json", '{"x": 1}'),
              ("pkg/mod.py", "calc_thing = 1"), ("pkg/plugins.cfg", "# disabled = json5")]
     assert imported_names(pairs, {"calc_extra", "other_one", "calc_thing", "json5"}) == {"calc_extra", "other_one"}
+    assert imported_names([("calc/plugins.txt", "calc_extra"), ("PLUGINS", "other_one"), ("README.md", "json5 is")],
+                          {"calc_extra", "other_one", "json5"}) == {"calc_extra", "other_one"}
 
 
 def test_what_the_runner_collects_comes_from_the_config_and_the_command():
@@ -275,6 +277,11 @@ def test_the_grading_commands_scripts_and_what_they_run_are_the_grader():
                     "bash ci/run.sh 'tests/test_a.py::test_b[1]'", "npm test"):
         assert opaque(command) is (command != "bash ci/run.sh"), command
     assert not opaque("python -m pytest -q -rA -p no:cacheprovider tests && source ci/env")
+    assert not opaque("python3 -m unittest -q && bash -c 'pytest -q tests'")
+    for runs_python in ("python -m ci.check", "python ci/check.py", "python3 tests/runtests.py",
+                        "python -c 'import ci.check'", "python3.11 -m tools"):
+        assert opaque(runs_python), runs_python
+    assert command_paths("python -m ci.check -v") == {"ci/check.py", "ci/check/__init__.py", "ci/check/__main__.py"}
     ctx = Context(opaque_grader=True)
     assert check([Change("ci/local.sh", "A"), Change("ci/local", "A"), Change("bin/tool.py", "M", "100755", "100755"),
                   Change("calc.py", "M"), Change("ci/settings.env", "M"), Change("pkg/new.py", "A")], ctx) == {
@@ -306,6 +313,15 @@ def test_data_the_tests_name_is_theirs():
                                   "from pkg import fixtures"]) == {
         "pkg/add_cases.json", "pkg/golden_out.txt", "pkg/_expected.py", "pkg/fixtures/__init__.py"}
     assert named_by_tests(named[2:3], ["import pkg"]) == set()            # a module no test imports: code
+
+
+def test_what_the_setup_wrote_is_the_machines():
+    from agent_code.tasks.evidence import setup_outputs
+
+    assert setup_outputs(["deps/pytest/__init__.py", "deps/pytest/x/y.py", "build.txt", "pkg/_version.py"],
+                         ["pkg/__init__.py", "calc.py"]) == {
+        "deps/pytest/__init__.py", "deps/pytest/x/y.py", "build.txt", "pkg/_version.py", "deps/", "deps/pytest/",
+        "deps/pytest/x/"}
 
 
 def test_what_the_setup_left_untracked_is_the_machines():

@@ -11,8 +11,8 @@ import shlex
 from dataclasses import replace
 from typing import Iterable
 
-from agent_code.tasks.protected import (SCRIPT_SUFFIXES, TEST_DIR_NAMES, Change, Context, _components, dotted_names,
-                                        importable_names, matches_any)
+from agent_code.tasks.protected import (SCRIPT_SUFFIXES, TEST_DIR_NAMES, Change, Context, _components, ancestors,
+                                        dotted_names, importable_names, matches_any)
 
 
 def _words(command: str) -> list[str]:
@@ -35,7 +35,13 @@ def command_paths(command: str, ids: Iterable[str] = ()) -> frozenset[str]:
     (``bash run_tests.sh``, ``python check.py``, ``tests/test_x.py::test_y``, those inside a
     ``bash -c '…'`` script), and the files of ``ids`` (FAIL_TO_PASS / PASS_TO_PASS test ids)."""
     found: set[str] = set()
-    for word in [*_words(command), *ids]:
+    words = _words(command)
+    for i, word in enumerate(words[1:], 1):          # python -m ci.check: ci/check.py, ci/check/__main__.py …
+        if words[i - 1] == "-m" and word not in RUNNERS and re.fullmatch(r"[A-Za-z_][\w.]*", word):
+            base = word.replace(".", "/")
+            found.update((base + ".py", base + "/__init__.py", base + "/__main__.py"))
+    named = [w for i, w in enumerate(words) if not (i and words[i - 1] == "-m")]   # (a module name, above)
+    for word in [*named, *ids]:
         word = word.split("::", 1)[0].split("=", 1)[-1]
         if not word or word.startswith("-") or word.startswith("/") or "$" in word or any(c.isspace() for c in word):
             continue
@@ -174,28 +180,44 @@ RUNNING_WORDS = frozenset({"cd", "pushd", "popd", "find", "xargs", "-exec", "-ex
                            "pdm", "pixi", "rye", "uv", "poetry", "for", "eval", "parallel", "ls"})
 
 
+_PYTHON = re.compile(r"(?:\S*/)?python[0-9.]*")
+RUNNERS = frozenset({"pytest", "unittest", "py.test"})       # python -m X that runs only tests
+
+
 def opaque(command: str) -> bool:
     """Whether a grading command (or a script it runs) may run files its words do not name: a
     word with an expansion (``$HERE/ci/local.sh``, ``$(…)``, backticks) or a glob (``ci/*.sh``),
-    an absolute path, a change of directory, or a tool that runs what its own files or a search
-    say (``make test``, ``tox``, ``find … -exec``, ``xargs``)."""
-    return any("$" in w or "`" in w or w.startswith("/") or w in RUNNING_WORDS or any(c in w for c in "*?[")
-               for w in _words(command))
+    an absolute path, a change of directory, a tool that runs what its own files or a search say
+    (``make test``, ``tox``, ``find … -exec``, ``xargs``), or python running something that is not
+    a test runner (``python ci/check.py``, ``python -m ci.check``, ``python -c …``)."""
+    words = _words(command)
+    for i, w in enumerate(words):
+        if "$" in w or "`" in w or w.startswith("/") or w in RUNNING_WORDS or any(c in w for c in "*?["):
+            return True
+        before = words[i - 1] if i else ""
+        if _PYTHON.fullmatch(before) and not w.startswith("-"):
+            return True                                          # python SCRIPT
+        if (before == "-m" and w not in RUNNERS) or (before == "-c" and i >= 2 and _PYTHON.fullmatch(words[i - 2])):
+            return True                                          # python -m ci.check, python -c CODE
+    return False
 
 
-CONFIG_SUFFIXES = (".cfg", ".ini", ".toml", ".json", ".yaml", ".yml", ".conf", ".env", ".properties")
+# Files where a bare word is prose or code, not a list of names to import (``.txt``, ``.cfg``, a
+# file with no suffix: each may be a list of plugins the project reads).
+PROSE_OR_CODE = (".py", ".pyi", ".pyx", ".md", ".rst", ".html", ".htm", ".ipynb", ".c", ".h", ".js", ".ts")
 
 
 def imported_names(lines: Iterable[str | tuple[str, str]], names: Iterable[str]) -> frozenset[str]:
     """Which of ``names`` the baseline's ``lines`` (text, or ``(path, text)``) ask python for: as
     a top-level name on a line that imports (``import simplejson``, ``from yaml import x``,
     ``import_module("ujson")``), quoted anywhere (``INSTALLED_APPS = ["myapp"]``,
-    ``"plugin:main"``), or as a bare word in a config file (``enabled = calc_extra`` in a
-    ``.cfg``), which is how names reach an import by string."""
+    ``"plugin:main"``), or as a bare word in a file that is neither code nor prose
+    (``enabled = calc_extra`` in a ``.cfg``, a ``plugins.txt``), which is how names reach an
+    import by string."""
     pairs = [(None, line) if isinstance(line, str) else line for line in lines]
     importing = "\n".join(line for _, line in pairs if "import" in line)
     text = "\n".join(line for _, line in pairs)
-    configs = "\n".join(line for path, line in pairs if path and path.lower().endswith(CONFIG_SUFFIXES)
+    configs = "\n".join(line for path, line in pairs if path and not path.lower().endswith(PROSE_OR_CODE)
                         and not line.lstrip().startswith(("#", ";")))
     return frozenset(n for n in names
                      if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", importing)
@@ -243,6 +265,21 @@ def asked_for(changes: Iterable[Change], ctx: Context, mentions: Iterable[tuple[
                 found.add(change.path)
                 break
     return frozenset(found)
+
+
+def setup_outputs(changed: Iterable[str], before: Iterable[str]) -> frozenset[str]:
+    """What the task's setup wrote into the workspace (``changed``: the files its run added or
+    changed; ``before``: the repository's files before it): those files, and each directory it
+    created (``deps/``, with a trailing ``/``)."""
+    had = ancestors(before)
+    out: set[str] = set()
+    for path in changed:
+        out.add(path)
+        parent = posixpath.dirname(path)
+        while parent and parent not in had:
+            out.add(parent + "/")
+            parent = posixpath.dirname(parent)
+    return frozenset(out)
 
 
 def data_changes(changes: Iterable[Change]) -> list[Change]:

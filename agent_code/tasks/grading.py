@@ -51,7 +51,7 @@ from agent_code.sandbox.base import ExecResult, Sandbox
 from agent_code.tasks import evidence, guard, protected
 from agent_code.tasks.protected import matches_any  # noqa: F401  (the task-glob matcher, re-exported)
 from agent_code.tasks.task import Task, TaskError
-from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, prepare_workspace, run_step
+from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, PRESETUP_REF, prepare_workspace, run_step
 
 OUTPUT_LIMIT = 4000
 PASSING = frozenset({"PASSED", "XFAIL", "XPASS"})
@@ -193,6 +193,16 @@ async def _grader_paths(box: Sandbox, baseline: str, command: str, ids: Sequence
     return {p: scripts.get(p) or "" for p in found}
 
 
+async def _setup_outputs(box: Sandbox, baseline: str) -> frozenset[str]:
+    """What the task's setup wrote into the workspace: what it left untracked (ignored), and what
+    the baseline commit took in from it (files, and the directories it created)."""
+    left = await _lines(box, "git ls-files -z -o --directory", "listing what the setup left", {})
+    wrote = await _lines(box, f"git diff --name-only -z --no-renames {PRESETUP_REF} {baseline} --",
+                         "listing what the setup wrote", {})
+    before = await _lines(box, f"git ls-tree -r -z --name-only {PRESETUP_REF}", "listing the repository", {})
+    return frozenset(left) | evidence.setup_outputs(wrote, before)
+
+
 async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, changes: list[protected.Change],
                    tracked: list[str]) -> protected.Context:
     """What the rules of ``protected.py`` need to know about this task, this machine and this
@@ -209,9 +219,7 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         collected=protected.RUNNER_TEST_FILES + evidence.configured_test_globs(configs)
         + evidence.command_test_globs(command),
         grader_paths=frozenset(scripts),
-        # (a python grading script may run anything: ci/check.py globbing ci/steps/*.sh)
-        opaque_grader=any(evidence.opaque(t) for t in [command, *scripts.values()])
-        or any(p.endswith(".py") and not protected.matches_any(p, task.test_files) for p in scripts),
+        opaque_grader=any(evidence.opaque(t) for t in [command, *scripts.values()]),
         test_dirs=evidence.test_dirs(tracked, task.test_files, tests),
         test_ancestors=protected.ancestors([p for p in tracked if protected.matches_any(p, task.test_files)]
                                            + list(tests)),
@@ -219,7 +227,7 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         path_dirs=frozenset({""}) | machine.path_dirs,
         shadowable=protected.default_shadowable(machine.modules),
         tracked=tracked_set,
-        untracked=frozenset(await _lines(box, "git ls-files -z -o --directory", "listing what the setup left", {})))
+        untracked=await _setup_outputs(box, baseline))
     names = evidence.new_names(changes, context)
     submodules = evidence.submodule_mentions(changes, context)
     data = evidence.data_names(changes)
@@ -270,8 +278,11 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
                    "applying the agent's change", user="agent", env=index)
     taken = [c for c in changes if c.path not in refused]
+    machine_files = context.untracked
+    project = [p for p in tracked if p not in machine_files and not any(p.startswith(d) for d in machine_files
+                                                                          if d.endswith("/"))]
     files = guard.guard_files(evidence.new_names(taken, context), box.workdir,
-                              [*tracked, *(c.path for c in taken if c.status == "A")])
+                              [*project, *(c.path for c in taken if c.status == "A")])
     return None, dict(sorted(refused.items())), files
 
 

@@ -60,6 +60,7 @@ JUNK_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".
 JUNK_SUFFIXES = (".pyc", ".pyo")
 EXCLUDES = "__pycache__/\n*.py[co]\n.pytest_cache/\n.mypy_cache/\n.ruff_cache/\n"
 # The one way a diff is written, whatever the repo's config says.
+PRESETUP_REF = "refs/tags/agent-code-presetup"      # the repository before the task's setup ran
 DIFF_FLAGS = ("--binary --full-index --no-renames --no-color --no-ext-diff --no-textconv "
               "--src-prefix=a/ --dst-prefix=b/")
 
@@ -239,8 +240,10 @@ async def prepare_workspace(box: Sandbox, task: Task, *, env: Mapping[str, str] 
                    f" && printf %s {q(EXCLUDES)} >> .git/info/exclude", "making the baseline commit")
     for command in task.setup:
         await run_step(box, command, f"setup command of task '{task.id}'", env=env, timeout=setup_timeout)
-    # fold whatever setup left into the one baseline commit
-    await run_step(box, "git add -A && git commit -q --no-verify --allow-empty --amend -m baseline"
+    # fold whatever setup left into the one baseline commit (the tree before it stays tagged: the
+    # grader treats what the setup wrote as the machine's, not the project's)
+    await run_step(box, f"git tag -f {PRESETUP_REF.removeprefix('refs/tags/')} >/dev/null"
+                   " && git add -A && git commit -q --no-verify --allow-empty --amend -m baseline"
                    f" && git tag -f {BASELINE_REF.removeprefix('refs/tags/')} >/dev/null",
                    "recording the baseline")
     baseline = (await run_step(box, "git rev-parse HEAD", "reading the baseline")).stdout.strip()
