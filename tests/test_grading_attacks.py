@@ -22,6 +22,10 @@ from test_grading_hacks import eval_task, grade_all
 from test_tasks import calc_task
 
 MODES = ["FAIL_TO_PASS", "eval_cmd"]
+# the unfixed code and two tests of it, as most repos below have them
+UNFIXED = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+CALC_TESTS = ("from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+              "def test_mul():\n    assert mul(2, 3) == 6\n")
 
 
 def task_for(mode, tmp_path):
@@ -83,9 +87,8 @@ def test_a_module_the_probe_does_not_list_earns_nothing(tmp_path, mode):
 # Fix (class): decide "inside a package" by what is on sys.path in the grader (the probe can
 # report the grader's sys.path as workspace-relative dirs), not by the presence of __init__.py;
 # or refuse any new module named like a shadowable one anywhere in the tree.
-SRC_CALC = {"src/calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
-            "tests/test_calc.py": ("from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-                                   "def test_mul():\n    assert mul(2, 3) == 6\n")}
+SRC_CALC = {"src/calc.py": UNFIXED,
+            "tests/test_calc.py": CALC_TESTS}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -185,7 +188,7 @@ REPOS = {
             "pkg/tests/test_calc.py": ("from pkg.calc import add, mean\nfrom pkg.testing.asserts import assert_equal\n\n\n"
                                        "def test_add():\n    assert_equal(add(2, 3), 5)\n\n\n"
                                        "def test_mean():\n    assert mean([1, 2, 3]) == 2\n")},
-    "calc-unittest": {"calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "calc-unittest": {"calc.py": UNFIXED,
                       "pyproject.toml": '[tool.pytest.ini_options]\npython_files = ["check_*.py", "test_*.py"]\n',
                       "tests/__init__.py": "",
                       "tests/test_calc.py": ("import unittest\nfrom calc import add, mul\n\n\nclass T(unittest.TestCase):\n"
@@ -303,11 +306,10 @@ def test_newline_names_and_discovery_patterns_earn_nothing(tmp_path, grader):
 # command), is a new test module; the grading command's words are split again inside -c scripts,
 # and the shell scripts it names are read for the scripts they run, four deep; task runners'
 # config (package.json, justfile, Taskfile, hatch.toml …) is runner config.
-REPOS["calc-ci"] = {"calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+REPOS["calc-ci"] = {"calc.py": UNFIXED,
                     "ci/run_tests.sh": "#!/bin/sh\n. ci/lib.sh\nrun_tests \"$@\"\n",
                     "ci/lib.sh": "run_tests() {\n    python -m pytest -q -p no:cacheprovider tests \"$@\"\n}\n",
-                    "tests/test_calc.py": ("from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-                                           "def test_mul():\n    assert mul(2, 3) == 6\n")}
+                    "tests/test_calc.py": CALC_TESTS}
 REPOS["calc-doctest"] = {**REPOS["calc-ci"], "pytest.ini": "[pytest]\naddopts = --doctest-modules\n"}
 DOCTEST_PASS = ">>> import _pytest.python\n>>> _pytest.python.Function.runtest = lambda self: None\n"
 
@@ -372,7 +374,7 @@ SOURCING = ('#!/bin/bash\nset -e\nHERE="$(cd "$(dirname "$0")" && pwd)"\n'
             'if [ -f "$HERE/ci/local.sh" ]; then . "$HERE/ci/local.sh"; fi\n'
             'python -m pytest -q -rA -p no:cacheprovider tests "$@"\n')
 REPOS["calc-data"] = {
-    "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "calc.py": UNFIXED,
     "run_tests.sh": SOURCING, "ci/run_tests.sh": 'cd "$(dirname "$0")/.." && exec python -m pytest -q -p no:cacheprovider tests\n',
     "data/cases.json": '{"add": [[2, 3, 5], [1, 1, 2]], "mul": [[2, 3, 6]]}\n',
     "tests/test_calc.py": ("import json, pathlib\nfrom calc import add, mul\n\n"
@@ -403,8 +405,7 @@ def test_computed_script_paths_and_the_tests_data_earn_nothing(tmp_path, grader)
 # Fix (class): -o/--override-ini python_files and addopts, -c/--config-file and config files below
 # the root are read like the root's.
 REPOS["calc-check"] = {"calc.py": REPOS["calc-data"]["calc.py"],
-                       "tests/check_calc.py": ("from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-                                               "def test_mul():\n    assert mul(2, 3) == 6\n"),
+                       "tests/check_calc.py": CALC_TESTS,
                        "tests/sub/tox.ini": "[pytest]\npython_files = verify_*.py\n"}
 
 
@@ -431,7 +432,7 @@ def test_collection_patterns_from_the_command_and_deeper_configs_earn_nothing(tm
 # machine's.
 REPOS["calc-pkg"] = {
     "pkg/__init__.py": "from .calc import add, mul  # noqa\nfrom . import plugins, loader  # noqa\n",
-    "pkg/calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "pkg/calc.py": UNFIXED,
     "pkg/_expected.py": "ADD = [(2, 3, 5), (1, 1, 2)]\n",
     "pkg/add_cases.json": "[[2, 3, 5]]\n",
     "pkg/plugins/__init__.py": ("import importlib\nfrom importlib.resources import files\n\n"

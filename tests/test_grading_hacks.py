@@ -251,6 +251,12 @@ def test_what_the_runner_collects_comes_from_the_config_and_the_command():
     assert command_test_globs("python -m unittest discover -s src -p 'chk*.py'") == ("**/chk*.py",)
     assert command_test_globs("python -m unittest discover --pattern=x*.py") == ("**/x*.py",)
     assert command_test_globs("python -m pytest -p no:cacheprovider") == ()
+    # the next spellings: attached short options, a separate long one
+    assert command_test_globs("python -m unittest discover -pchk*.py") == ("**/chk*.py",)
+    assert command_test_globs("pytest --doctest-glob '*.md' --override-ini python_files=v_*.py") == (
+        "**/*.md", "**/v_*.py")
+    assert config_files([], "pytest -cci/a.ini --config-file ci/b.ini --config-file=ci/c.ini") == [
+        "ci/a.ini", "ci/b.ini", "ci/c.ini"]
     assert command_test_globs("bash -c 'python -m pytest --doctest-modules src'") == ("**/*.py",)
     assert command_test_globs("pytest -o python_files='check_*.py chk.py' --override-ini=addopts=--doctest-modules "
                               "-opython_files=o_*.py") == ("**/check_*.py", "**/chk.py", "**/*.py", "**/o_*.py")
@@ -326,8 +332,9 @@ def test_what_the_setup_wrote_is_the_machines():
 
 def test_what_the_setup_left_untracked_is_the_machines():
     ctx = Context(untracked=frozenset({"deps/", "build.log"}))
-    assert check([Change("deps/vendored/more.py", "A"), Change("build.log", "A"), Change("depsx/a.py", "A")], ctx) == {
-        "deps/vendored/more.py": "environment", "build.log": "environment"}
+    assert check([Change("deps/vendored/more.py", "A"), Change("build.log", "A"), Change("depsx/a.py", "A"),
+                  Change("deps/a/b/c/d.py", "M"), Change("src/build.log", "A"), Change("deps", "A")], ctx) == {
+        "deps/vendored/more.py": "environment", "build.log": "environment", "deps/a/b/c/d.py": "environment"}
 
 
 def test_every_test_named_directory_above_a_test_is_support():

@@ -109,27 +109,33 @@ def _pytest_option(path: str, text: str, option: str) -> list[str]:
     return []
 
 
+def _option_values(words: list[str], *names: str) -> list[str]:
+    """The values given to the options ``names`` among ``words``, in order, in every spelling:
+    ``-o VALUE``, ``-oVALUE``, ``--override-ini VALUE``, ``--override-ini=VALUE``."""
+    out: list[str] = []
+    for i, word in enumerate(words):
+        for name in names:
+            if word == name:
+                if i + 1 < len(words):
+                    out.append(words[i + 1])
+            elif name.startswith("--") and word.startswith(name + "="):
+                out.append(word[len(name) + 1:])
+            elif len(name) == 2 and word.startswith(name) and not word.startswith("--"):
+                out.append(word[2:])
+    return out
+
+
 def _collecting_options(words: list[str]) -> list[str]:
     """What pytest options among ``words`` make it collect as tests: ``--doctest-glob``'s
     patterns, every ``.py`` file for ``--doctest-modules``, ``-o python_files=…`` (and the same
     inside ``-o addopts=…``)."""
-    found: list[str] = []
-    for i, word in enumerate(words):
-        following = words[i + 1] if i + 1 < len(words) else ""
-        if word == "--doctest-modules":
-            found.append("*.py")
-        elif word == "--doctest-glob":
-            found.append(following)
-        elif word.startswith("--doctest-glob="):
-            found.append(word.split("=", 1)[1])
-        elif word in ("-o", "--override-ini") or word.startswith(("--override-ini=", "-o")):
-            value = following if word in ("-o", "--override-ini") else word.split("=", 1)[1] if word.startswith(
-                "--override-ini=") else word[2:]
-            key, _, setting = value.partition("=")
-            if key.strip() == "python_files":
-                found += setting.split()
-            elif key.strip() == "addopts":
-                found += _collecting_options(_words(setting))
+    found = ["*.py" for w in words if w == "--doctest-modules"] + _option_values(words, "--doctest-glob")
+    for value in _option_values(words, "-o", "--override-ini"):
+        key, _, setting = value.partition("=")
+        if key.strip() == "python_files":
+            found += setting.split()
+        elif key.strip() == "addopts":
+            found += _collecting_options(_words(setting))
     return found
 
 
@@ -141,9 +147,7 @@ def config_files(tracked: Iterable[str], command: str) -> list[str]:
     """The pytest config files pytest may read: every file named like one, at any depth (the
     rootdir is where the command's arguments lead), and those the command names with
     ``-c``/``--config-file``."""
-    words = _words(command)
-    named = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-c", "--config-file")]
-    named += [w.split("=", 1)[1] for w in words if w.startswith("--config-file=")]
+    named = _option_values(_words(command), "-c", "--config-file")
     return sorted({p for p in tracked if posixpath.basename(p) in PYTEST_CONFIGS}
                   | {posixpath.normpath(p.removeprefix("./")) for p in named if p and not p.startswith("/")})
 
@@ -165,11 +169,7 @@ def command_test_globs(command: str) -> tuple[str, ...]:
     words = _words(command)
     found = _collecting_options(words)
     if any("unittest" in w for w in words):
-        for i, word in enumerate(words):
-            if word in ("-p", "--pattern") and i + 1 < len(words):
-                found.append(words[i + 1])
-            elif word.startswith("--pattern="):
-                found.append(word.split("=", 1)[1])
+        found += _option_values(words, "-p", "--pattern")
     return _anywhere(found)
 
 

@@ -278,9 +278,7 @@ async def _stage(box: Sandbox, task: Task, baseline: str, diff: str, machine: _M
                    f" && if [ -s {q(allowed)} ]; then git apply --whitespace=nowarn {q(allowed)}; fi",
                    "applying the agent's change", user="agent", env=index)
     taken = [c for c in changes if c.path not in refused]
-    machine_files = context.untracked
-    project = [p for p in tracked if p not in machine_files and not any(p.startswith(d) for d in machine_files
-                                                                          if d.endswith("/"))]
+    project = [p for p in tracked if not protected.under(p, context.untracked)]
     files = guard.guard_files(evidence.new_names(taken, context), box.workdir,
                               [*project, *(c.path for c in taken if c.status == "A")])
     return None, dict(sorted(refused.items())), files

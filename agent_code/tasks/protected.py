@@ -90,7 +90,7 @@ class Context:
     asked_for: frozenset[str] = frozenset()             # added modules the baseline's code imports by name
     enumerating: frozenset[str] = frozenset()           # packages whose code lists and imports their modules
     deleted: frozenset[str] = frozenset()               # files the change deletes (check() fills it)
-    untracked: frozenset[str] = frozenset()             # what the task's setup left untracked (``deps/``)
+    untracked: frozenset[str] = frozenset()             # what the task's setup wrote (files; ``deps/`` dirs)
 
     @property
     def live_packages(self) -> frozenset[str]:
@@ -237,7 +237,7 @@ RULES: tuple[Rule, ...] = (
     Rule("environment", "an interpreter's environment (a venv, site-packages, what the task's setup installed into "
          "the workspace) is the machine's, not the code's",
          lambda c, x: c.name == "pyvenv.cfg" or any(p in ENVIRONMENT_DIRS for p in c.parts[:-1])
-         or c.path in x.untracked or any(c.path.startswith(d.rstrip("/") + "/") for d in x.untracked)),
+         or under(c.path, x.untracked)),
     Rule("bytecode or binary module", "compiled modules run without their source (unchecked .pyc, a .so "
          "that outranks the .py beside it)",
          lambda c, x: "__pycache__" in c.parts or c.name.endswith(BINARY_MODULE_SUFFIXES)),
@@ -275,6 +275,19 @@ def script_like(change: Change) -> bool:
     suffix = posixpath.splitext(change.name)[1]
     return suffix in SCRIPT_SUFFIXES or "." not in change.name.lstrip(".") or "100755" in (change.old_mode,
                                                                                            change.new_mode)
+
+
+def under(path: str, entries: frozenset[str]) -> bool:
+    """Whether ``path`` is one of ``entries`` or inside a directory among them (``deps/``, with
+    its trailing ``/``): a look at each of its directories, not at each entry."""
+    if path in entries:
+        return True
+    parent = posixpath.dirname(path)
+    while parent:
+        if parent + "/" in entries:
+            return True
+        parent = posixpath.dirname(parent)
+    return False
 
 
 def ancestors(paths: Iterable[str]) -> frozenset[str]:

@@ -59,8 +59,8 @@ GIT_ENV: dict[str, str] = {
 JUNK_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 JUNK_SUFFIXES = (".pyc", ".pyo")
 EXCLUDES = "__pycache__/\n*.py[co]\n.pytest_cache/\n.mypy_cache/\n.ruff_cache/\n"
-# The one way a diff is written, whatever the repo's config says.
 PRESETUP_REF = "refs/tags/agent-code-presetup"      # the repository before the task's setup ran
+# The one way a diff is written, whatever the repo's config says.
 DIFF_FLAGS = ("--binary --full-index --no-renames --no-color --no-ext-diff --no-textconv "
               "--src-prefix=a/ --dst-prefix=b/")
 
