@@ -44,7 +44,7 @@ from agent_code.engines.instant import InstantEngine  # noqa: E402
 from agent_code.engines.scripted import ScriptedEngine  # noqa: E402
 from agent_code.gateway.app import create_app  # noqa: E402
 from agent_code.gateway.pipeline import Gateway  # noqa: E402
-from agent_code.gateway.server import BackgroundServer  # noqa: E402
+from agent_code.gateway.server import BackgroundServer, settle_heap  # noqa: E402
 from agent_code.render.template import load_renderer, qwen3_tokenizer_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,6 +131,7 @@ def main() -> int:
 
     per_line = len(renderer.encode(tool_result(7, 30_000))) / len(tool_result(7, 30_000).splitlines())
     gateway = Gateway(InstantEngine(renderer), renderer, model_name="bench")
+    settle_heap()  # as `agent-code serve` does once its gateway is built (gateway/server.py)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, float]] = []
     with BackgroundServer(create_app(gateway)) as server, httpx.Client(base_url=server.url, timeout=600) as client:
