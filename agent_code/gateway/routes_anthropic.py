@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_code.gateway import offload
+from agent_code.gateway.body_memo import read_json_extending
 from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
                                      read_json)
 from agent_code.gateway.identity import require_session_key, session_for_key
@@ -101,14 +102,15 @@ class AnthropicRoutes:
     async def messages(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
-            body = await read_json(request, self.max_body_bytes)
-            # the session's previous request, translated: only what is new is translated again
+            # the session's previous request, parsed and translated: only what is new is read again
             known = self.gw.store.sessions.get(credential_from(request) or "default")
+            body, body_memo = await read_json_extending(request, self.max_body_bytes,
+                                                        known.body_memo if known is not None else None, "messages")
             memo = known.translation_memo if known is not None else None
             chat, memo = await offload.run_if(large_body(request), wire.translate_request_memo, body,
                                               signer=self.signer, memo=memo)
             session = session_for_key(self.gw.store, credential_from(request))
-            session.translation_memo = memo
+            session.translation_memo, session.body_memo = memo, body_memo
         except Exception as exc:
             return error_response(as_http_error(exc))
         return await self.flow.answer(request, session, chat, AnthropicReply(self.gw, chat, self.signer),

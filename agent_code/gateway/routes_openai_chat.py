@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_code.gateway import offload
-from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body,
-                                     read_json)
+from agent_code.gateway.body_memo import read_json_extending
+from agent_code.gateway.http import (HttpError, as_http_error, credential_from, json_response, large_body)
 from agent_code.gateway.identity import SessionResolver
 from agent_code.gateway.pipeline import Gateway, PreparedTurn, TurnOutcome
 from agent_code.gateway.turn_flow import TurnFlow
@@ -76,10 +76,15 @@ class ChatCompletionsRoutes:
     async def completions(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
-            body = await read_json(request, self.max_body_bytes)
+            credential = credential_from(request)
+            known = self.gw.store.sessions.get(credential) if credential else None
+            body, body_memo = await read_json_extending(request, self.max_body_bytes,
+                                                        known.body_memo if known is not None else None, "messages")
             chat, info = await offload.run_if(large_body(request), wire.translate_request, body,
                                               default_max_tokens=self.gw.default_max_tokens)
-            session = self.sessions.resolve(credential_from(request), info.identity, chat)
+            session = self.sessions.resolve(credential, info.identity, chat)
+            if credential and session.id == credential:   # the memo is the session's own
+                session.body_memo = body_memo
         except Exception as exc:
             return openai_error_response(as_http_error(exc))
         return await self.flow.answer(request, session, chat, ChatReply(self.gw, chat, info), started=started,

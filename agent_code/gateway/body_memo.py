@@ -1,0 +1,174 @@
+"""A request body that repeats the session's previous one with messages added, parsed by its new
+part only.
+
+An agent CLI resends its whole conversation every turn: the body of turn *n* + 1 is, byte for
+byte, the body of turn *n* with the new messages written before the list's closing bracket.
+Parsing all of it again (and then comparing every earlier message with what was held) costs
+time that grows with the session. So for each session the gateway keeps a :class:`BodyMemo`:
+the previous body's bytes up to the end of its last message (``head``), its bytes after the
+list's closing bracket (``tail``) and its parsed value. A body that starts with ``head`` and
+ends with ``tail`` is the previous one with the bytes between them changed: when those bytes
+are ``, message, message … ]`` only the new messages are parsed, and the rest of the value —
+the same objects — is taken from the memo.
+
+What comes back is what :func:`~agent_code.gateway.http.parse_json_body` gives for the whole
+body: the bytes it reuses are ones it accepted before, byte for byte, and the new part is read
+with the same strict rules (UTF-8, no lone surrogate escape, no NaN or Infinity, numbers within
+a float's range, bounded nesting). Anything else — another shape, an edit anywhere earlier, a
+new part that does not parse — goes to the full parse, which also gives any error its message.
+``tests/test_body_memo.py`` compares both on edited and hostile bodies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from json.decoder import WHITESPACE, scanstring  # type: ignore[attr-defined]
+from typing import Any
+
+from starlette.requests import Request
+
+from agent_code.gateway import offload
+from agent_code.gateway.http import (_finite_float, _float_range_int, _no_constant, lone_surrogate_escape,
+                                     parse_json_body, read_body)
+
+MIN_BYTES = 32 * 1024   # a shorter body is parsed whole (its parse costs less than keeping a memo)
+
+_STRICT = json.JSONDecoder(parse_float=_finite_float, parse_int=_float_range_int, parse_constant=_no_constant)
+_SCAN = json.JSONDecoder()   # for finding where values end in a body already accepted
+
+
+@dataclass(frozen=True)
+class BodyMemo:
+    """A parsed body, kept for the next one: ``head`` (its bytes up to the end of the last item
+    of the list under ``key``), ``tail`` (its bytes after that list) and ``value``."""
+
+    key: str
+    head: bytes
+    tail: bytes
+    value: dict[str, Any]
+
+
+async def read_json_extending(request: Request, limit: int, memo: BodyMemo | None, key: str
+                              ) -> tuple[Any, BodyMemo | None]:
+    """``read_json`` (``gateway/http.py``) through :func:`parse_body`: the body, and its memo."""
+    raw = await read_body(request, limit)
+    request.state.body_bytes = len(raw)
+    return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse_body, raw, memo, key)
+
+
+def parse_body(raw: bytes, memo: BodyMemo | None, key: str) -> tuple[Any, BodyMemo | None]:
+    """``parse_json_body(raw)`` — read from its new part alone when it extends ``memo``'s body —
+    and the memo for the next body (None for one too small to keep, or of another shape)."""
+    if memo is not None and memo.key == key:
+        extended = _extend(raw, memo)
+        if extended is not None:
+            return extended.value, extended
+    value = parse_json_body(raw)
+    return value, (remember(raw, value, key) if len(raw) >= MIN_BYTES else None)
+
+
+def _extend(raw: bytes, memo: BodyMemo) -> BodyMemo | None:
+    head, tail = memo.head, memo.tail
+    if len(raw) < len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
+        return None
+    try:
+        text = raw[len(head):len(raw) - len(tail)].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if lone_surrogate_escape(text) is not None:
+        return None
+    added: list[Any] = []
+    i, last = 0, 0   # where the text is read; the end of the last new item
+    try:
+        while True:
+            i = WHITESPACE.match(text, i).end()
+            if text[i:i + 1] == "]":
+                if WHITESPACE.match(text, i + 1).end() != len(text):
+                    return None
+                break
+            if text[i:i + 1] != ",":
+                return None
+            i = WHITESPACE.match(text, i + 1).end()
+            item, i = _STRICT.raw_decode(text, i)
+            added.append(item)
+            last = i
+    except (ValueError, RecursionError):   # JSONDecodeError, a number out of range, deep nesting
+        return None
+    if not added:
+        return None   # the same messages: a retry, say (a new turn always adds one)
+    value = dict(memo.value)
+    value[memo.key] = [*memo.value[memo.key], *added]
+    return BodyMemo(memo.key, raw[:len(head) + len(text[:last].encode("utf-8"))], tail, value)
+
+
+def remember(raw: bytes, value: Any, key: str) -> BodyMemo | None:
+    """The memo of a body that :func:`parse_json_body` accepted as ``value``: where its list
+    ``key`` ends, found by reading its top-level object once more (key by key, each value by
+    the standard library's scanner); None for a body of another shape (no such list, an empty
+    one, a key given twice, a byte-order mark)."""
+    if not isinstance(value, dict) or not isinstance(value.get(key), list) or not value[key]:
+        return None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return None
+    try:
+        text = raw.decode("utf-8")
+        spans = _list_span(text, key)
+    except (ValueError, RecursionError):
+        return None
+    if spans is None:
+        return None
+    last, after = spans
+    if raw.isascii():
+        cut_head, cut_tail = last, after
+    else:
+        cut_head, cut_tail = len(text[:last].encode("utf-8")), len(text[:after].encode("utf-8"))
+    return BodyMemo(key, raw[:cut_head], raw[cut_tail:], value)
+
+
+def _list_span(text: str, key: str) -> tuple[int, int] | None:
+    """In the JSON object ``text``: the end of the last item of its list ``key`` and the end of
+    that list; None when the key is missing or given twice, or its value is not a non-empty list."""
+    i = WHITESPACE.match(text, 0).end()
+    if text[i:i + 1] != "{":
+        return None
+    seen: set[str] = set()
+    found: tuple[int, int] | None = None
+    i += 1
+    while True:
+        i = WHITESPACE.match(text, i).end()
+        if text[i:i + 1] == "}":
+            return found
+        if seen and text[i:i + 1] == ",":
+            i = WHITESPACE.match(text, i + 1).end()
+        if text[i:i + 1] != '"':
+            return None
+        name, i = scanstring(text, i + 1)
+        if name in seen:
+            return None
+        seen.add(name)
+        i = WHITESPACE.match(text, i).end()
+        if text[i:i + 1] != ":":
+            return None
+        i = WHITESPACE.match(text, i + 1).end()
+        if name != key:
+            _, i = _SCAN.raw_decode(text, i)
+            continue
+        if text[i:i + 1] != "[":
+            return None
+        i += 1
+        last = -1
+        while True:
+            i = WHITESPACE.match(text, i).end()
+            if text[i:i + 1] == "]":
+                i += 1
+                break
+            if last >= 0:
+                if text[i:i + 1] != ",":
+                    return None
+                i = WHITESPACE.match(text, i + 1).end()
+            _, i = _SCAN.raw_decode(text, i)
+            last = i
+        if last < 0:
+            return None
+        found = (last, i)
