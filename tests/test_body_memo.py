@@ -94,6 +94,7 @@ def hostile_tails() -> list[tuple[str, bytes]]:
         ("Infinity", b', {"role":"user","content":[1,-Infinity]}]'),
         ("a float out of range", b', {"role":"user","content":1e400}]'),
         ("an integer past any float", b', {"n":' + b"9" * 400 + b"}]"),
+        ("an integer just below int64", b', {"n":[-9223372036854775809, 18446744073709551616]}]'),
         ("a lone surrogate escape", b', {"role":"user","content":"\\ud800"}]'),
         ("a lone low surrogate", b', {"role":"user","content":"a\\udc00"}]'),
         ("bytes that are not UTF-8", b', {"role":"user","content":"\xff\xfe"}]'),

@@ -49,11 +49,14 @@ def test_the_same_values_as_the_standard_library(monkeypatch):
     (b'{"id": 123456789012345678901234567890}', 123456789012345678901234567890),   # orjson: a float
     (b'{"id": -98765432109876543210}', -98765432109876543210),
     (b'{"id": 18446744073709551616}', 18446744073709551616),
+    (b'{"id": -9223372036854775809}', -9223372036854775809),                       # 19 digits, below int64
+    (b'{"id": -9999999999999999999}', -9999999999999999999),
+    (b'{"id": [1, -9223372036854775809]}', [1, -9223372036854775809]),
     (b'\xef\xbb\xbf{"id": 1}', 1),                                                   # a BOM
 ])
 def test_what_orjson_would_change_or_refuse_is_read_as_before(raw, kept):
     value = parse_json_body(raw)["id"]
-    assert value == kept and type(value) is int
+    assert value == kept and json.dumps(value) == json.dumps(kept)   # ints, not floats
 
 
 @pytest.mark.parametrize("raw,says", [

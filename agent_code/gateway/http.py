@@ -106,9 +106,10 @@ try:
 except ImportError:  # pragma: no cover - a dependency; the standard library path below suffices
     orjson = None
 
-# digits -> "0", everything else -> "x": a run of 20 zeros is an integer orjson would turn into a float
+# digits -> "0", everything else -> "x": a run of 19 zeros may be an integer orjson would turn into a
+# float (beyond 64 bits: 20 digits, or 19 below -2**63, as -9223372036854775809 is)
 _DIGIT_RUNS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x78 for b in range(256))
-_LONG_RUN = b"0" * 20
+_LONG_RUN = b"0" * 19
 
 
 def parse_json_body(raw: bytes) -> Any:
@@ -121,7 +122,7 @@ def parse_json_body(raw: bytes) -> Any:
     a BOM, and nesting past 1024), and such a body goes on to the standard library's strict
     reading below, which says why it is refused or, for a BOM, accepts it. The one thing orjson
     would change rather than refuse is an integer beyond 64 bits (it makes it a float), so a
-    body with a run of 20 or more digits anywhere is left to the standard library too."""
+    body with a run of 19 or more digits anywhere is left to the standard library too."""
     if not raw.strip():
         raise HttpError(400, "invalid_request_error", "request body is empty; expected a JSON object")
     if orjson is not None and _LONG_RUN not in raw.translate(_DIGIT_RUNS):
