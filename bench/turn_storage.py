@@ -10,7 +10,10 @@ engine, a turn log in a temp dir) and reports, per session, for its final length
               written whole (``TurnRecord.to_dict``, every prompt in full: the format before);
 * held      — the gateway's memory for the session (its turn records and history index,
               every object counted once), per final token; baseline in the same run: the same
-              records with each prompt held as its own full ``array('i')`` (the layout before).
+              records with each prompt held as its own full ``array('i')`` (the layout before);
+* + memos   — what the session keeps besides, of its last request, to read and translate the
+              next one by its new part (``body_memo`` and the translation memo; what they
+              share with the records counted there), per final token.
 
 Targets: a 40-turn session of ~60k tokens writes ≤ 48 B of turn log per final token; a
 117-turn, ~100k-token session holds ≤ 32 B per final token. Exit status 0 when both are met.
@@ -103,8 +106,10 @@ def run(renderer: Any, turns: int, target_tokens: int, directory: Path) -> dict[
                           for t in records)
         held = deep_size([session.turns, session.history])
         before_held = whole_prompt_layout(records, held)
+        # and what the session keeps of its last request to read the next one by its new part
+        memos = deep_size([session.turns, session.history, session.translation_memo, session.body_memo]) - held
     return {"turns": turns, "final": final, "log": log_bytes / final, "log_before": whole_bytes / final,
-            "held": held / final, "held_before": before_held / final}
+            "held": held / final, "held_before": before_held / final, "memos": memos / final}
 
 
 def main() -> int:
@@ -114,17 +119,20 @@ def main() -> int:
     source = args.tokenizer or (str(qwen3_tokenizer_dir()) if qwen3_tokenizer_dir() else None)
     renderer = load_renderer(source)
     met = True
-    print(f"{'session':>22} {'log B/tok':>10} {'whole':>8} {'ratio':>6} {'held B/tok':>11} {'whole':>8} {'ratio':>6}")
+    print(f"{'session':>22} {'log B/tok':>10} {'whole':>8} {'ratio':>6} {'held B/tok':>11} {'whole':>8} {'ratio':>6}"
+          f" {'+ memos':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for turns, tokens, target in SESSIONS:
             r = run(renderer, turns, tokens, Path(tmp) / str(turns))
             print(f"{turns:4d} turns {r['final']:7d} tok {r['log']:10.1f} {r['log_before']:8.1f} "
                   f"{r['log_before'] / r['log']:5.1f}x {r['held']:11.1f} {r['held_before']:8.1f} "
-                  f"{r['held_before'] / r['held']:5.1f}x")
-            ok = r[target] <= TARGETS[target]
+                  f"{r['held_before'] / r['held']:5.1f}x {r['memos']:8.1f}")
+            # the memory target counts what the session keeps of its last request too
+            got = r[target] + (r["memos"] if target == "held" else 0.0)
+            ok = got <= TARGETS[target]
             met &= ok
-            print(f"  target: {target} ≤ {TARGETS[target]:.0f} B per final token: "
-                  f"{'met' if ok else 'NOT met'} ({r[target]:.1f})")
+            print(f"  target: {target}{' + memos' if target == 'held' else ''} ≤ {TARGETS[target]:.0f} B per final "
+                  f"token: {'met' if ok else 'NOT met'} ({got:.1f})")
     return 0 if met else 1
 
 
