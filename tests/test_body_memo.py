@@ -212,3 +212,4 @@ def test_the_openai_routes_keep_a_memo_per_keyed_session(path: str, key: str) ->
                 items += [{k: v for k, v in message.items() if v is not None},
                           *({"role": "tool", "tool_call_id": c["id"], "content": f"file {n}"}
                             for c in message.get("tool_calls") or [])]
+

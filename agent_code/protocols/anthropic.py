@@ -475,14 +475,19 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
 
     wire_tools = body.get("tools")
     tool_notes: Sequence[str]
+    shared = _shared_tools
     if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars):
         tools, tool_notes = memo.tools_out
         tools_scalars = memo.tools_scalars
+    elif wire_tools is not None and shared is not None and _same(wire_tools, shared[0], shared[1]):
+        (tools, tool_notes), tools_scalars = shared[2], shared[1]   # another session's, the same tools
     else:
         new_tool_notes: list[str] = []
         tools = _tools(wire_tools, new_tool_notes)
         tool_notes = new_tool_notes
-        tools_scalars = tuple(scalar_paths(wire_tools)) if new_memo is not None else ()
+        tools_scalars = tuple(scalar_paths(wire_tools)) if wire_tools is not None else ()
+        if wire_tools is not None:
+            _share_tools((wire_tools, tools_scalars, (tools, tuple(tool_notes))))
     notes.extend(tool_notes)
     if new_memo is not None:
         new_memo = replace(new_memo, tools=wire_tools, tools_out=(tools, tuple(tool_notes)),
@@ -501,6 +506,16 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
     chat = ChatRequest(messages=messages, tools=tools, sampling=sampling, stream=stream, model=model,
                        tool_choice=tool_choice, thinking=thinking, notes=notes)
     return chat, new_memo
+
+
+# the last tools list translated, for the next session that declares the same one (every rollout of
+# an agent does): its canonical tools, the same objects, and the facts found of them (history.py)
+_shared_tools: tuple[object, ScalarPaths, tuple[list[ToolSchema] | None, tuple[str, ...]]] | None = None
+
+
+def _share_tools(entry: tuple[object, ScalarPaths, tuple[list[ToolSchema] | None, tuple[str, ...]]]) -> None:
+    global _shared_tools
+    _shared_tools = entry
 
 
 def _message(message: object, i: int, signer: Signer | None) -> tuple[tuple[Message, ...], tuple[str, ...]]:

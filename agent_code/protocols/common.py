@@ -7,8 +7,10 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import string
+import threading
 from typing import Protocol
 
 ID_ALPHABET = string.ascii_letters + string.digits
@@ -58,12 +60,28 @@ class ThinkingSigner:
 
 
 def random_id(prefix: str, length: int) -> str:
-    """``prefix`` and ``length`` random letters and digits (from the OS's secure source, one
-    call: ids are minted per reply and per tool call, so this is on every turn's path)."""
-    out = b""
-    while len(out) < length:
-        out += secrets.token_bytes(length + 8).translate(_TO_ALPHABET, _UNEVEN)
-    return prefix + out[:length].decode("ascii")
+    """``prefix`` and ``length`` random letters and digits, from the OS's secure source (ids are
+    minted per reply and per tool call, so this is on every turn's path: the letters come from a
+    pool that one ``urandom`` call refills, each handed out once)."""
+    global _pool
+    with _pool_lock:
+        while len(_pool) < length:
+            _pool += secrets.token_bytes(_POOL_BYTES).translate(_TO_ALPHABET, _UNEVEN)
+        out, _pool = _pool[:length], _pool[length:]
+    return prefix + out.decode("ascii")
+
+
+_POOL_BYTES = 4096
+_pool = b""
+_pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = b"", threading.Lock()   # a forked child never hands out its parent's letters
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def dumps(data: object) -> str:

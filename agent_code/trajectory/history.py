@@ -108,6 +108,11 @@ class PromptPlan:
     notes: list[dict[str, Any]] = field(default_factory=list)   # client rewrites tolerated (echo.py)
 
 
+# the facts of tools lists, across sessions: the translation hands every session that declares
+# the same tools the same list (protocols/anthropic.py), whose facts are then found once
+_SHARED_TOOLS: dict[int, tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas]] = {}
+
+
 class SessionHistory:
     """The per-session index from canonical conversations to the turns that produced them.
 
@@ -210,9 +215,13 @@ class SessionHistory:
     def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
         """For a held tools list (kept per object): where it holds a number, bool or null and of
         which type, and its echo schemas."""
-        held = self._tools.get(id(tools))
+        held = self._tools.get(id(tools)) or _SHARED_TOOLS.get(id(tools))
         if held is None or held[0] is not tools:
-            held = self._tools[id(tools)] = (tools, scalar_paths(tools), echo.schemas(tools))
+            held = (tools, scalar_paths(tools), echo.schemas(tools))
+            if len(_SHARED_TOOLS) >= 64:
+                _SHARED_TOOLS.clear()
+            _SHARED_TOOLS[id(tools)] = held
+        self._tools[id(tools)] = held
         return held[1], held[2]
 
     def _same_call_types(self, message: dict[str, Any], held: dict[str, Any]) -> bool:
