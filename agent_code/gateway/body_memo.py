@@ -12,16 +12,22 @@ are ``, message, message … ]`` only the new messages are parsed, and the rest 
 the same objects — is taken from the memo.
 
 What comes back is what :func:`~agent_code.gateway.http.parse_json_body` gives for the whole
-body: the bytes it reuses are ones it accepted before, byte for byte, and the new part is read
-with the same strict rules (UTF-8, no lone surrogate escape, no NaN or Infinity, numbers within
-a float's range, bounded nesting). Anything else — another shape, an edit anywhere earlier, a
-new part that does not parse — goes to the full parse, which also gives any error its message.
+body, exactly: a memo is kept only of a body that orjson read whole (no run of digits that sends a
+body to the standard library, nothing orjson refuses), and the new part is read by orjson too, as
+the items of a list at the very depth of the body's list (``[[item, …]]``: the same nesting
+limit), only when it holds no such digit run either. orjson reads a value the same wherever it
+stands, so the whole body read by orjson — which is what ``parse_json_body`` does with it — gives
+the same value. Anything else (another shape, an edit anywhere earlier, a new part that does not
+read as new items, one that orjson refuses) goes to the full parse, which also gives any error
+its message. The parsed value is shared with the next request's: nothing may change it in place
+(translation only reads it; ``tests/test_body_memo.py`` checks that for every protocol).
 ``tests/test_body_memo.py`` compares both on edited and hostile bodies.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from json.decoder import WHITESPACE, scanstring  # type: ignore[attr-defined]
 from typing import Any
@@ -29,12 +35,10 @@ from typing import Any
 from starlette.requests import Request
 
 from agent_code.gateway import offload
-from agent_code.gateway.http import (_finite_float, _float_range_int, _no_constant, lone_surrogate_escape,
-                                     parse_json_body, read_body)
+from agent_code.gateway.http import needs_standard_library, orjson, read_body, read_json_bytes
 
 MIN_BYTES = 32 * 1024   # a shorter body is parsed whole (its parse costs less than keeping a memo)
 
-_STRICT = json.JSONDecoder(parse_float=_finite_float, parse_int=_float_range_int, parse_constant=_no_constant)
 _SCAN = json.JSONDecoder()   # for finding where values end in a body already accepted
 
 
@@ -59,47 +63,39 @@ async def read_json_extending(request: Request, limit: int, memo: BodyMemo | Non
 
 def parse_body(raw: bytes, memo: BodyMemo | None, key: str) -> tuple[Any, BodyMemo | None]:
     """``parse_json_body(raw)`` — read from its new part alone when it extends ``memo``'s body —
-    and the memo for the next body (None for one too small to keep, or of another shape)."""
+    and the memo for the next body (None for one too small to keep, of another shape, or read
+    by the standard library)."""
     if memo is not None and memo.key == key:
         extended = _extend(raw, memo)
         if extended is not None:
             return extended.value, extended
-    value = parse_json_body(raw)
-    return value, (remember(raw, value, key) if len(raw) >= MIN_BYTES else None)
+    value, by_orjson = read_json_bytes(raw)
+    return value, (remember(raw, value, key) if by_orjson and len(raw) >= MIN_BYTES else None)
+
+
+_TO_FIRST_ITEM = re.compile(rb"[ \t\n\r]*,")
 
 
 def _extend(raw: bytes, memo: BodyMemo) -> BodyMemo | None:
     head, tail = memo.head, memo.tail
-    if len(raw) < len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
+    if orjson is None or len(raw) < len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
         return None
-    try:
-        text = raw[len(head):len(raw) - len(tail)].decode("utf-8")
-    except UnicodeDecodeError:
+    middle = raw[len(head):len(raw) - len(tail)]   # ", item, item ]" and whitespace, if it extends
+    start = _TO_FIRST_ITEM.match(middle)
+    if start is None or needs_standard_library(middle):
         return None
-    if lone_surrogate_escape(text) is not None:
+    try:   # the new items where the body's list has its items: inside two containers
+        read = orjson.loads(b"[[" + middle[start.end():] + b"]")
+    except orjson.JSONDecodeError:
         return None
-    added: list[Any] = []
-    i, last = 0, 0   # where the text is read; the end of the last new item
-    try:
-        while True:
-            i = WHITESPACE.match(text, i).end()
-            if text[i:i + 1] == "]":
-                if WHITESPACE.match(text, i + 1).end() != len(text):
-                    return None
-                break
-            if text[i:i + 1] != ",":
-                return None
-            i = WHITESPACE.match(text, i + 1).end()
-            item, i = _STRICT.raw_decode(text, i)
-            added.append(item)
-            last = i
-    except (ValueError, RecursionError):   # JSONDecodeError, a number out of range, deep nesting
+    if len(read) != 1 or not read[0]:   # "item], [more" closed the list and opened another
         return None
-    if not added:
-        return None   # the same messages: a retry, say (a new turn always adds one)
+    added = read[0]
     value = dict(memo.value)
     value[memo.key] = [*memo.value[memo.key], *added]
-    return BodyMemo(memo.key, raw[:len(head) + len(text[:last].encode("utf-8"))], tail, value)
+    end = middle.rindex(b"]")   # the list's closing bracket: only whitespace follows it in ``middle``
+    last = len(middle[:end].rstrip(b" \t\n\r"))
+    return BodyMemo(memo.key, raw[:len(head) + last], tail, value)
 
 
 def remember(raw: bytes, value: Any, key: str) -> BodyMemo | None:

@@ -123,13 +123,28 @@ def parse_json_body(raw: bytes) -> Any:
     reading below, which says why it is refused or, for a BOM, accepts it. The one thing orjson
     would change rather than refuse is an integer beyond 64 bits (it makes it a float), so a
     body with a run of 19 or more digits anywhere is left to the standard library too."""
+    return read_json_bytes(raw)[0]
+
+
+def needs_standard_library(raw: bytes) -> bool:
+    """Whether :func:`parse_json_body` leaves ``raw`` to the standard library at once (no orjson,
+    or a run of digits orjson might turn into a float)."""
+    return orjson is None or _LONG_RUN in raw.translate(_DIGIT_RUNS)
+
+
+def read_json_bytes(raw: bytes) -> tuple[Any, bool]:
+    """:func:`parse_json_body`'s value, and whether orjson read it (else the standard library)."""
     if not raw.strip():
         raise HttpError(400, "invalid_request_error", "request body is empty; expected a JSON object")
-    if orjson is not None and _LONG_RUN not in raw.translate(_DIGIT_RUNS):
+    if orjson is not None and not needs_standard_library(raw):
         try:
-            return orjson.loads(raw)
+            return orjson.loads(raw), True
         except orjson.JSONDecodeError:
             pass
+    return _standard_library(raw), False
+
+
+def _standard_library(raw: bytes) -> Any:
     try:
         # decoded strictly here: json.loads(bytes) would let UTF-8-encoded surrogates through
         text = raw.decode("utf-8-sig")
