@@ -276,3 +276,36 @@ def test_the_openai_routes_keep_a_memo_per_keyed_session(path: str, key: str) ->
                           *({"role": "tool", "tool_call_id": c["id"], "content": f"file {n}"}
                             for c in message.get("tool_calls") or [])]
 
+
+
+def test_a_memo_is_used_only_for_its_own_list_key() -> None:
+    """A memo of a ``messages`` body handed a body read under another key (a Responses ``input``
+    on the same session): nothing reused, the full read's value."""
+    messages: list = [{"role": "user", "content": "Fix the test."}]
+    first, memo = parse_body(encode(body(messages)), None, "messages")
+    assert memo is not None
+    raw = encode(body([*messages, *turn(0)]))
+    value, other = parse_body(raw, memo, "input")
+    assert same(value, parse_json_body(raw)) and value["tools"] is not first["tools"] and other is None
+
+
+def test_another_session_cannot_ride_on_a_memo() -> None:
+    """Session B sends the body that extends session A's: B has no memo of its own, so its body
+    is read whole, and A's memo is left as it was."""
+    renderer = qwen3_renderer()
+    gateway = Gateway(InstantEngine(renderer), renderer, model_name="m")
+    messages: list = [{"role": "user", "content": "Fix the test."}]
+    with BackgroundServer(create_app(gateway)) as server, httpx.Client(base_url=server.url) as client:
+        r = client.post("/v1/messages", content=encode(body(messages)),
+                        headers={"x-api-key": "a", "content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        held = gateway.store.get("a").body_memo
+        assert held is not None
+        extended = held.head + b', {"role": "user", "content": "and more"}]' + held.tail
+        r = client.post("/v1/messages", content=extended, headers={"x-api-key": "b",
+                                                                   "content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        b_memo = gateway.store.get("b").body_memo
+        assert b_memo is not None and b_memo.value["tools"] is not held.value["tools"]   # read whole
+        assert same(b_memo.value, json.loads(extended))
+        assert gateway.store.get("a").body_memo is held

@@ -34,8 +34,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from agent_code.gateway import offload
-from agent_code.gateway.http import needs_standard_library, orjson, read_body, read_json_bytes
+from agent_code.gateway.http import needs_standard_library, orjson, read_json, read_json_bytes
 
 MIN_BYTES = 32 * 1024   # a shorter body is parsed whole (its parse costs less than keeping a memo)
 
@@ -56,9 +55,7 @@ class BodyMemo:
 async def read_json_extending(request: Request, limit: int, memo: BodyMemo | None, key: str
                               ) -> tuple[Any, BodyMemo | None]:
     """``read_json`` (``gateway/http.py``) through :func:`parse_body`: the body, and its memo."""
-    raw = await read_body(request, limit)
-    request.state.body_bytes = len(raw)
-    return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse_body, raw, memo, key)
+    return await read_json(request, limit, lambda raw: parse_body(raw, memo, key))
 
 
 def parse_body(raw: bytes, memo: BodyMemo | None, key: str) -> tuple[Any, BodyMemo | None]:

@@ -16,7 +16,7 @@ import logging
 import math
 import re
 from types import ModuleType
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -195,14 +195,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`); a large one
-    is parsed off the event loop. Its size is left in ``request.state.body_bytes``."""
+async def read_json(request: Request, limit: int, parse: Callable[[bytes], Any] = parse_json_body) -> Any:
+    """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`, or ``parse``);
+    a large one is parsed off the event loop. Its size is left in ``request.state.body_bytes``."""
     from agent_code.gateway import offload
 
     raw = await read_body(request, limit)
     request.state.body_bytes = len(raw)
-    return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse_json_body, raw)
+    return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse, raw)
 
 
 def large_body(request: Request) -> bool:

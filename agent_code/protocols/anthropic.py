@@ -412,8 +412,14 @@ def _held_run(wire_messages: list[object], held: TranslationMemo) -> int:
     return k
 
 
+# the last tools list translated, for the next session that declares the same one (every rollout of
+# an agent does): its canonical tools, the same objects, and the facts found of them (history.py)
+_shared_tools: tuple[object, ScalarPaths, tuple[list[ToolSchema] | None, tuple[str, ...]]] | None = None
+
+
 def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
                memo: TranslationMemo | None = None) -> tuple[ChatRequest, TranslationMemo | None]:
+    global _shared_tools
     if not isinstance(body, dict):
         raise ProtocolError(f"request body: must be a JSON object, got {type_name(body)}")
     # a gateway serves one model: a body without ``model`` (the seed's worked example) asks for it
@@ -487,7 +493,7 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
         tool_notes = new_tool_notes
         tools_scalars = tuple(scalar_paths(wire_tools)) if wire_tools is not None else ()
         if wire_tools is not None:
-            _share_tools((wire_tools, tools_scalars, (tools, tuple(tool_notes))))
+            _shared_tools = (wire_tools, tools_scalars, (tools, tuple(tool_notes)))
     notes.extend(tool_notes)
     if new_memo is not None:
         new_memo = replace(new_memo, tools=wire_tools, tools_out=(tools, tuple(tool_notes)),
@@ -506,16 +512,6 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
     chat = ChatRequest(messages=messages, tools=tools, sampling=sampling, stream=stream, model=model,
                        tool_choice=tool_choice, thinking=thinking, notes=notes)
     return chat, new_memo
-
-
-# the last tools list translated, for the next session that declares the same one (every rollout of
-# an agent does): its canonical tools, the same objects, and the facts found of them (history.py)
-_shared_tools: tuple[object, ScalarPaths, tuple[list[ToolSchema] | None, tuple[str, ...]]] | None = None
-
-
-def _share_tools(entry: tuple[object, ScalarPaths, tuple[list[ToolSchema] | None, tuple[str, ...]]]) -> None:
-    global _shared_tools
-    _shared_tools = entry
 
 
 def _message(message: object, i: int, signer: Signer | None) -> tuple[tuple[Message, ...], tuple[str, ...]]:

@@ -131,7 +131,6 @@ class SessionHistory:
         # turn index -> [(position, message)]: where the client echoed a held reply rewritten
         self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
         # id(held tools) -> (those tools, facts); id(held message) -> (that message, its calls' scalars)
-        self._tools: dict[int, tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas]] = {}
         self._calls: dict[int, tuple[dict[str, Any], list[tuple[JsonPath, type]]]] = {}
 
     def add(self, turn: TurnRecord, messages_key: bytes | None = None,
@@ -215,13 +214,12 @@ class SessionHistory:
     def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
         """For a held tools list (kept per object): where it holds a number, bool or null and of
         which type, and its echo schemas."""
-        held = self._tools.get(id(tools)) or _SHARED_TOOLS.get(id(tools))
+        held = _SHARED_TOOLS.get(id(tools))
         if held is None or held[0] is not tools:
             held = (tools, scalar_paths(tools), echo.schemas(tools))
             if len(_SHARED_TOOLS) >= 64:
                 _SHARED_TOOLS.clear()
             _SHARED_TOOLS[id(tools)] = held
-        self._tools[id(tools)] = held
         return held[1], held[2]
 
     def _same_call_types(self, message: dict[str, Any], held: dict[str, Any]) -> bool:
