@@ -68,3 +68,47 @@ def test_loop_body_assignment_checks():
     assert not shell_syntax._assigns("d").search("dd=1 echo $d")
     assert shell_syntax._CHANGES_VARIABLES.search("read -r x")
     assert shell_syntax._CHANGES_VARIABLES.search(". ./env")
+
+
+def _parsed_as_given(line: str):
+    """The script of ``line`` read from tree-sitter's parse of exactly its bytes (what
+    :func:`parse` did before it ended a line with a newline)."""
+    source = line.encode()
+    tree = parser().parse(source)
+    acc = _Acc()
+    _Reader(source, line).container(tree.root_node, acc)
+    return acc.script(_errors(tree.root_node, source))
+
+
+@pytest.mark.parametrize("line", [
+    *LINES,
+    "git log --oneline | grep -i fix | head -n 15",
+    "a | b | c | d | e # a comment at the end",
+    "find . -name '*.py' | xargs grep -l TODO | sort | uniq -c",
+    "cat <<EOF | sh\nrm -rf build",          # a here-document that the end of the line ends
+    "echo \"$(a | b | c)\" | tee out | wc -l",
+])
+def test_a_final_newline_reads_as_the_end_of_the_line(line):
+    """parse() ends a line with a newline (it spares tree-sitter-bash an error recovery
+    after a final pipeline): the commands, words and errors are those of the line as given."""
+    ended = parse(line)
+    given = _parsed_as_given(line)
+    assert ended.pipelines == given.pipelines or line.startswith("cat <<EOF")
+    assert ended.substitutions == given.substitutions
+    assert ended.fork_bomb == given.fork_bomb and ended.functions == given.functions
+    assert bool(ended.errors) == bool(given.errors)
+    if "<<EOF" in line:  # the unterminated here-document: its body, with or without its last newline
+        (heredoc,) = [t for p in ended.pipelines for s in p for _, t in s.redirects if t.heredoc is not None]
+        assert heredoc.heredoc.rstrip("\n") == "rm -rf build"
+
+
+def test_no_newline_after_a_final_backslash():
+    """``echo a\\`` at the end of a ``bash -c`` script prints ``a\\``; a newline after it
+    would be a line continuation, so parse() leaves such a line as it is."""
+    for line in ("echo a\\", "rm -rf /tmp/x \\"):
+        assert parse(line) == _parsed_as_given(line)
+
+
+def test_errors_quote_the_line_as_given():
+    (error,) = parse("echo 'open").errors
+    assert error.endswith("near ` 'open`")
