@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from agent_code.render.template import LONG_TEXT, backend_encode
+from agent_code.render.template import LONG_DECODE, LONG_TEXT, backend_decode, backend_encode
 from gateway_fixtures import qwen3_renderer, scripted_gateway
 
 
@@ -58,6 +58,37 @@ def test_long_texts_tokenize_to_the_same_ids_through_the_batch_call():
     for text in ["x" * (LONG_TEXT + 5), "def f(x):\n    return x  # é, 中文, <|im_end|>\n" * 2000,
                  " " * LONG_TEXT + "a", "🙂" * (LONG_TEXT // 2) + "b"]:
         assert backend_encode(backend, text) == backend.encode(text, add_special_tokens=False).ids
+
+
+def test_long_ids_decode_to_the_same_text_through_the_batch_call():
+    """backend_decode lets go of the GIL for long ids (decode_batch): the same text as decode,
+    special tokens, characters split across tokens and ids that end inside one included."""
+    renderer = qwen3_renderer()
+    backend = renderer._backend
+    text = "def f(x):\n    return x  # é, 中文, 🙂<|im_end|>\n<|im_start|>user\n" * 300
+    ids = renderer.encode(text)
+    assert len(ids) > LONG_DECODE
+    for case in (ids, ids[:LONG_DECODE], ids[:LONG_DECODE + 1], ids[1:-1], ids[3:] + ids[:5]):
+        assert backend_decode(backend, case) == backend.decode(case, skip_special_tokens=False)
+    split = ids + renderer.encode("𓀀")[:2]  # a character whose bytes end before its last token
+    assert backend.decode(split).endswith("\ufffd")
+    assert backend_decode(backend, split) == backend.decode(split, skip_special_tokens=False)
+
+
+def test_decode_takes_any_sequence_of_integers():
+    """Renderer.decode reads a list as it is and any other sequence (a tuple, an array, numpy's
+    integers, bools) as its ints: the text of the same ids every way."""
+    import array
+
+    import numpy
+
+    renderer = qwen3_renderer()
+    ids = renderer.encode("print('hi')<|im_end|>\n" * 400)
+    expected = renderer._backend.decode(ids, skip_special_tokens=False)
+    for shaped in (ids, tuple(ids), array.array("i", ids), numpy.array(ids, dtype=numpy.int64),
+                   list(numpy.array(ids, dtype=numpy.int32))):
+        assert renderer.decode(shaped) == expected
+    assert renderer.decode([True, False]) == renderer.decode([1, 0])
 
 
 def test_the_batcher_runs_waiting_items_together_and_keeps_each_exception_to_its_own_caller():

@@ -178,3 +178,84 @@ def test_nested_scalars_in_held_calls_are_compared_by_type_too(swap):
     changed[1]["tool_calls"][0]["function"]["arguments"]["count"][position] = value
     assert changed == held                          # equal as Python values ...
     assert both(history, turns, changed) is None    # ... but not the held conversation
+
+
+# -- root prompts: the same first request is rendered once -----------------------------------
+
+def _root(renderer, messages, tools):
+    from agent_code.trajectory.history import PromptPlan, stage_prompt
+
+    plan = stage_prompt(renderer, [], SessionHistory(), messages, tools)
+    assert isinstance(plan, PromptPlan) and plan.parent is None
+    return plan.prompt_ids
+
+
+def _fresh_render(renderer, messages, tools):
+    return renderer._render_ids(copy.deepcopy(messages), copy.deepcopy(tools))
+
+
+def test_sessions_that_open_with_the_same_request_share_its_rendered_prompt():
+    renderer = qwen3_renderer()
+    first = [{"role": "system", "content": "be careful " * 300}, {"role": "user", "content": "fix it"}]
+    a = _root(renderer, first, TOOLS)
+    b = _root(renderer, copy.deepcopy(first), TOOLS)   # another session: equal messages, the shared tools
+    assert a.tolist() == _fresh_render(renderer, first, TOOLS)
+    assert b is a   # kept once, not rendered again
+
+
+@pytest.mark.parametrize("change", [
+    "key order", "int for float", "bool for int", "other tools object", "no tools", "other text", "other renderer",
+])
+def test_a_root_prompt_is_reused_only_for_the_very_same_request(change):
+    """What renders differently (a key order the template shows, a number's type), or may (an
+    equal tools list that is another object, another renderer), is rendered on its own:
+    each prompt is the full render of its own request."""
+    renderer = qwen3_renderer()
+    held = [{"role": "system", "content": "be careful"}, {"role": "user", "content": "fix it"},
+            {**call("Edit", {"file_path": "a.py", "count": 2.0}), "content": "on it"},
+            {"role": "tool", "content": "done"}]
+    tools = TOOLS
+    base = _root(renderer, held, tools)
+    messages = copy.deepcopy(held)
+    arguments = messages[2]["tool_calls"][0]["function"]["arguments"]
+    if change == "key order":
+        messages[2]["tool_calls"][0]["function"]["arguments"] = {"count": 2.0, "file_path": "a.py"}
+    elif change == "int for float":
+        arguments["count"] = 2
+    elif change == "bool for int":
+        messages[2]["tool_calls"][0]["function"]["arguments"] = {"file_path": "a.py", "count": True}
+    elif change == "other tools object":
+        tools = copy.deepcopy(TOOLS)
+    elif change == "no tools":
+        tools = None
+    elif change == "other text":
+        messages[3]["content"] = "done."
+    elif change == "other renderer":
+        renderer = qwen25_renderer()
+    prompt = _root(renderer, messages, tools)
+    assert prompt is not base
+    assert prompt.tolist() == _fresh_render(renderer, messages, tools)
+    if change in ("key order", "int for float", "bool for int"):
+        assert prompt.tolist() != base.tolist()   # the template shows the difference
+
+
+def test_a_request_that_is_not_plain_json_is_rendered_every_time():
+    renderer = qwen3_renderer()
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": float("nan")}]
+    try:
+        first = _root(renderer, messages, None)
+    except Exception:   # a template may refuse it: then there is nothing to keep either
+        return
+    assert _root(renderer, messages, None) is not first
+
+
+def test_the_kept_root_prompts_are_bounded():
+    from agent_code.trajectory.history import _RootPrompts
+
+    kept = _RootPrompts(size=3)
+    renderer = qwen3_renderer()
+    for i in range(10):
+        kept.prompt(renderer, [{"role": "user", "content": f"task {i}"}], None)
+    assert len(kept._kept) == 3
+    again = kept.prompt(renderer, [{"role": "user", "content": "task 9"}], None)
+    assert again is kept.prompt(renderer, [{"role": "user", "content": "task 9"}], None)

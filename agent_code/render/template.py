@@ -154,10 +154,15 @@ class Renderer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept as their text."""
-        ids = [int(i) for i in ids]
-        if self._backend is not None:
-            return self._backend.decode(ids, skip_special_tokens=False)
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        backend = self._backend
+        if backend is None:
+            return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False,
+                                         clean_up_tokenization_spaces=False)
+        listed = ids if type(ids) is list else list(ids)  # (a list of ints as it is: no copy)
+        try:
+            return backend_decode(backend, listed)
+        except TypeError:  # ids the tokenizer does not take as they are (numpy's integers, say)
+            return backend_decode(backend, [int(i) for i in ids])
 
     def is_special(self, token_id: int) -> bool:
         tok = self._added.get(int(token_id))
@@ -214,6 +219,19 @@ def backend_encode(backend: Tokenizer, text: str) -> list[int]:
     if len(text) < LONG_TEXT:
         return backend.encode(text, add_special_tokens=False).ids
     return backend.encode_batch([text], add_special_tokens=False)[0].ids
+
+
+LONG_DECODE = 1024  # ids: past this, decode through the batch call (below)
+
+
+def backend_decode(backend: Tokenizer, ids: list[int]) -> str:
+    """``backend.decode(ids)`` with special tokens kept. Long ids (a session's whole response,
+    which building its samples decodes) go through ``decode_batch``: the same text, but it
+    lets go of the GIL while it works (a 20-turn session's ~6k ids take ~2 ms), so the
+    gateway's event loop runs meanwhile."""
+    if len(ids) < LONG_DECODE:
+        return backend.decode(ids, skip_special_tokens=False)
+    return backend.decode_batch([ids], skip_special_tokens=False)[0]
 
 
 class SegmentCache:

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -66,11 +68,29 @@ def _key_chain(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     """``chain[j]`` identifies ``messages[:j]`` under ``tools`` (``chain[0]``: no message yet).
     Assistant messages count in their echo form (``echo.py``): a tool call a client echoes back
     rewritten in a way it is known to (a default filled in, ...) is the call the model made."""
-    chain = [_digest(b"tools", tools or [])]
+    chain = [_tools_digest(tools)]
     tool_schemas = echo.schemas(tools) if any(m.get("tool_calls") for m in messages) else {}
     for message in messages:
         chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas) if tool_schemas else message))
     return chain
+
+
+# the digest of a tools list, per list object: the translation hands every session that declares
+# the same tools the same list (protocols/anthropic.py), whose ~70 kB of JSON is then hashed once
+_TOOLS_DIGESTS: dict[int, tuple[Tools, bytes]] = {}
+
+
+def _tools_digest(tools: Tools) -> bytes:
+    if not tools:
+        return _digest(b"tools", [])
+    held = _TOOLS_DIGESTS.get(id(tools))
+    if held is not None and held[0] is tools:
+        return held[1]
+    digest = _digest(b"tools", tools)
+    if len(_TOOLS_DIGESTS) >= 64:
+        _TOOLS_DIGESTS.clear()
+    _TOOLS_DIGESTS[id(tools)] = (tools, digest)
+    return digest
 
 
 def prefix_keys(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
@@ -382,12 +402,48 @@ def stage_prompt(renderer: Renderer, turns: Sequence[TurnRecord], history: Sessi
             notes = [] if echoed == parent.reply else echo.differences(
                 parent.reply, echoed, echo.schemas(tools), parent.index)
             return PendingSuffix(text, parent, held, key, found[1], notes)
-        plan = PromptPlan(TokenSeq(renderer.render(messages, tools)), messages_key=key)
+        plan = PromptPlan(_ROOT_PROMPTS.prompt(renderer, messages, tools), messages_key=key)
         plan.branch_hint = _root_hint(turns, messages, tools)
         return plan
     if policy == "template":
         return _template_plan(renderer, turns, messages, tools)
     raise ValueError(f"unknown history policy '{policy}' (choose from {', '.join(POLICIES)})")
+
+
+class _RootPrompts:
+    """The prompts of recent root turns, by the exact request that rendered them: the sessions
+    of a rollout group, and retries, open with the same request (a ~20k-token system prompt and
+    tools block, ~1 ms to render and look up every time). An entry is used only for the same
+    renderer, the very same tools list object (the translation shares one across sessions
+    that declare equal tools) and messages whose JSON text is the same, key order and number
+    types included: a pure function's same input. The prompt is a :class:`TokenSeq`, which no
+    one changes, shared by the sessions that use it."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[int, int, str], tuple[Renderer, Tools, TokenSeq]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def prompt(self, renderer: Renderer, messages: list[dict[str, Any]], tools: Tools) -> TokenSeq:
+        try:
+            text = json.dumps(messages, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):   # not plain JSON: rendered every time
+            return TokenSeq(renderer.render(messages, tools))
+        key = (id(renderer), id(tools), text)
+        with self._lock:
+            held = self._kept.get(key)
+            if held is not None and held[0] is renderer and held[1] is tools:
+                self._kept.move_to_end(key)
+                return held[2]
+        prompt = TokenSeq(renderer.render(messages, tools))
+        with self._lock:
+            self._kept[key] = (renderer, tools, prompt)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return prompt
+
+
+_ROOT_PROMPTS = _RootPrompts()
 
 
 def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tools: Tools) -> str | None:
