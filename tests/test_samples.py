@@ -235,3 +235,52 @@ def test_sample_dict_round_trip() -> None:
         assert set(d) >= {"session_id", "rollout_id", "index", "branch", "tokens", "response_length",
                           "loss_mask", "rollout_log_probs", "reward", "status", "response", "metadata"}
         assert Sample.from_dict(d) == s
+
+
+def _reference_masks(records: list[TurnRecord], sample: Sample) -> tuple[list[int], list[float]]:
+    """The loss mask and logprobs by the rule, one position at a time: each chain turn trains
+    the ids of its output that the sequence repeats from its prompt's end on, up to the first
+    that differs, the next chain turn's prompt end, or a position an earlier turn took."""
+    by_index = {r.index: r for r in records}
+    chain = [by_index[i] for i in sample.metadata["turn_indices"]]
+    tokens, P = sample.tokens, sample.prompt_length
+    mask, logprobs, taken = [0] * (len(tokens) - P), [0.0] * (len(tokens) - P), set()
+    for pos, u in enumerate(chain):
+        limit = len(tokens) if pos + 1 == len(chain) else min(len(chain[pos + 1].prompt_ids), len(tokens))
+        start = len(u.prompt_ids)
+        for k, token in enumerate(u.output_ids):
+            at = start + k
+            if not (P <= at < limit) or tokens[at] != token or at in taken:
+                break
+            taken.add(at)
+            if u.index not in sample.metadata["shared_turns"]:
+                mask[at - P] = 1
+                logprobs[at - P] = float(u.logprobs[k]) if k < len(u.logprobs) else 0.0
+    return mask, logprobs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_masks_follow_the_rule_on_random_trees(seed: int) -> None:
+    """Random sessions (drifted re-renders, retries that share a parent, prompts that end inside
+    an output, logprobs shorter than the output): every sample's mask is the rule's."""
+    import random
+
+    rng = random.Random(seed)
+    records: list[TurnRecord] = []
+    for index in range(rng.randint(1, 8)):
+        parent = rng.choice([None, *range(index)]) if index and rng.random() < 0.9 else None
+        if parent is None:
+            prompt = [rng.randint(1, 9) for _ in range(rng.randint(1, 6))]
+        else:
+            held = list(records[parent].prompt_ids) + list(records[parent].output_ids)
+            if rng.random() < 0.3 and len(held) > 1:   # a re-render that differs somewhere in the reply
+                cut = rng.randint(0 if rng.random() < 0.3 else len(records[parent].prompt_ids), len(held) - 1)
+                held = held[:cut] + [rng.randint(1, 9)] + held[cut + 1:] if rng.random() < 0.5 else held[:cut]
+            prompt = held + [rng.randint(50, 60) for _ in range(rng.randint(0, 4))]
+        output = [rng.randint(1, 20) for _ in range(rng.randint(1, 7))]
+        scores = lp(output)[:rng.randint(0, len(output))] if rng.random() < 0.2 else lp(output)
+        records.append(rec(index, prompt, output, parent=parent, logprobs=scores, tool_calls=True))
+    for sample in build_samples(records, reward=1.0):
+        mask, logprobs = _reference_masks(records, sample)
+        assert sample.loss_mask == mask
+        assert sample.rollout_log_probs == logprobs

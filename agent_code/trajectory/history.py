@@ -224,7 +224,7 @@ class SessionHistory:
             if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
                 return None
         view = self._view(turn)
-        if messages[:n - 1] != view or not all(self._same_call_types(a, b) for a, b in zip(messages, view)):
+        if messages[:n - 1] != view or not all(a is b or self._same_call_types(a, b) for a, b in zip(messages, view)):
             return None
         key = self.key_of[turn.index]
         for message in messages[n:]:

@@ -192,6 +192,16 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
             # the span ends where the next chain turn's prompt ends (the leaf: the sequence end)
             limit = len(tokens) if nxt is None else min(len(nxt.prompt_ids), len(tokens))
             k = 0
+            span = min(len(out), limit - start)
+            lo = start - P
+            if lo >= 0 and span > 0 and tokens[start:start + span] == list(out[:span]) and not any(claimed[lo:lo + span]):
+                # the whole span at once (the common case): what the loop below comes to for it
+                claimed[lo:lo + span] = [True] * span
+                if not is_shared:
+                    mask[lo:lo + span] = [1] * span
+                    scored = min(span, len(u.logprobs))   # (past the logprobs, 0.0 stays)
+                    logprobs[lo:lo + scored] = [float(x) for x in u.logprobs[:scored]]
+                k = span
             while k < len(out) and P <= start + k < limit and tokens[start + k] == out[k] \
                     and not claimed[start + k - P]:
                 claimed[start + k - P] = True
