@@ -235,6 +235,11 @@ def test_sample_dict_round_trip() -> None:
         assert set(d) >= {"session_id", "rollout_id", "index", "branch", "tokens", "response_length",
                           "loss_mask", "rollout_log_probs", "reward", "status", "response", "metadata"}
         assert Sample.from_dict(d) == s
+        d["tokens"].append(-1)
+        d["metadata"]["drift"].append({"turn": 99})
+        assert -1 not in s.tokens and {"turn": 99} not in s.metadata["drift"]   # a copy
+        view = s.to_dict(copy_data=False)   # for a caller that serializes it at once
+        assert view == s.to_dict() and view["tokens"] is s.tokens and view["metadata"] is s.metadata
 
 
 def _reference_masks(records: list[TurnRecord], sample: Sample) -> tuple[list[int], list[float]]:

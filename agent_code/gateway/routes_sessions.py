@@ -143,4 +143,4 @@ class SessionRoutes:
         finish = self.gateway.finish_session if session is None else session.guarded(self.gateway.finish_session)
         samples = await offload.run(finish, sid, reward, body.get("metadata"), body.get("rollout_id"),
                                     body.get("status"))   # samples built and written off the loop
-        return json_response({"session_id": sid, "samples": [s.to_dict() for s in samples]})
+        return json_response({"session_id": sid, "samples": [s.to_dict(copy_data=False) for s in samples]})

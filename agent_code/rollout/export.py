@@ -61,7 +61,7 @@ class RunWriter:
 
             page = render_html(samples, self.renderer, title=f"rollout {result.rollout_id}")
             (self.out / "inspect" / f"{stem}.html").write_text(page, encoding="utf-8")
-        _append(self.out / SAMPLES_JSONL, (s.to_dict() for s in samples))
+        _append(self.out / SAMPLES_JSONL, (s.to_dict(copy_data=False) for s in samples))
         _append(self.out / RESULTS, [result.to_dict()])
         self.results.append(result)
         self.samples.extend(samples)

@@ -100,12 +100,14 @@ class Sample:
     def trained_tokens(self) -> int:
         return sum(self.loss_mask)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, copy_data: bool = True) -> dict[str, Any]:
         """A deep copy as plain data (like ``dataclasses.asdict``, whose per-element deep copy
-        of the token lists is ~100x slower)."""
+        of the token lists is ~100x slower). ``copy_data=False``: the sample's own lists and
+        metadata, not copies, for a caller that serializes the dict at once and keeps nothing."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out.update(tokens=list(self.tokens), loss_mask=list(self.loss_mask),
-                   rollout_log_probs=list(self.rollout_log_probs), metadata=copy.deepcopy(self.metadata))
+        if copy_data:
+            out.update(tokens=list(self.tokens), loss_mask=list(self.loss_mask),
+                       rollout_log_probs=list(self.rollout_log_probs), metadata=copy.deepcopy(self.metadata))
         return out
 
     @classmethod

@@ -293,7 +293,7 @@ def write_samples(samples: Iterable[Sample], directory: str | os.PathLike) -> li
     written = [_write_table(table, out_dir / (safe_name(sid) + ".parquet")) for sid, table in tables.items()]
     _fsync_dir(out_dir)
     _append_lines(directory / SAMPLES_JSONL,
-                  (json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":")) for s in samples))
+                  (json.dumps(s.to_dict(copy_data=False), ensure_ascii=False, separators=(",", ":")) for s in samples))
     return written
 
 
