@@ -225,3 +225,45 @@ def test_plan_mode_does_not_take_a_misread_line_for_a_reader(command, tmp_path):
     subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, timeout=30)
     assert (tmp_path / "pwned").exists(), "the attack must be real: bash runs the second command"
     assert read_only_command_problem(command) is not None, command
+
+
+# L. a word of escaped blanks: tree-sitter-bash reads "\ " (also tab, vertical tab, form feed
+#    after a backslash) as whitespace, so such a word is in no node, while bash passes it on (an
+#    argument " ", a command of that name). A line holding one cannot be judged from the tree:
+#    asked, even in bypassPermissions, and no allow rule approves it. (Found when lines came to be
+#    parsed with a final newline: "chmod -R 000 \ " at the end of a line had been a syntax error.)
+UNREAD_WORDS = [
+    "chmod -R 000 \\ ",                  # at the end of the line: " " may be a link to .git
+    "chmod -R 000 \\  x",                # in the middle
+    "chmod -R 000 \\\t",                 # an escaped tab
+    "chmod -R 000 \\\x0b x",             # vertical tab
+    "chmod -R 000 \\\x0c x",             # form feed
+    "chmod -R 000 \\ ; ls",
+    "chmod -R 000 \\ \nls",
+    "\\  rm -rf build",                  # the command name itself
+    "sudo \\  id",
+    "( chmod 000 \\  )",                 # in a subshell
+    "{ chmod 000 \\ ; }",                # in a group
+    "echo $(chmod 000 \\ )",             # in a command substitution
+    "bash -c 'chmod 000 \\ '",           # in a script a shell runs
+    "ls | xargs chmod 000 \\ ",
+    "for f in \\ ; do chmod 000 \"$f\"; done",
+    "chmod 000 \\\\\\  \\ ",               # after a word that ends in an escaped backslash and blank
+]
+READ_WORDS = [  # a backslash-blank inside a word, a string, a comment or a here-document is read
+    "ls a\\ b", "echo \"x\\ y\"", "echo $'a\\ b'", "echo ok # a\\ b", "cat <<EOF\na\\ b\nEOF",
+    "echo \\\\ x", "ls my\\ dir/", "echo 'a\\ b'",
+    "chmod 000 \\\\\\ ",   # one word: an escaped backslash, then an escaped blank (bash: "\\ ")
+]
+
+
+@pytest.mark.parametrize("command", UNREAD_WORDS)
+def test_a_word_the_parser_cannot_read_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(chmod:*)", "bash(ls:*)", "bash(echo:*)", "bash(sudo:*)",
+                                         "bash(bash:*)", "bash(rm:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", READ_WORDS)
+def test_escaped_blanks_inside_words_strings_and_comments_are_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
