@@ -232,6 +232,9 @@ def test_plan_mode_does_not_take_a_misread_line_for_a_reader(command, tmp_path):
 #    argument " ", a command of that name). A line holding one cannot be judged from the tree:
 #    asked, even in bypassPermissions, and no allow rule approves it. (Found when lines came to be
 #    parsed with a final newline: "chmod -R 000 \ " at the end of a line had been a syntax error.)
+#    The same grammar reads backslash, carriage return, newline as a line continuation; bash reads
+#    an escaped carriage return, then the end of the command: "echo a\<CR><LF>rm -rf ~" runs rm
+#    (tests/test_policy_attacks.py runs it below), and was approved in bypassPermissions.
 UNREAD_WORDS = [
     "chmod -R 000 \\ ",                  # at the end of the line: " " may be a link to .git
     "chmod -R 000 \\  x",                # in the middle
@@ -248,12 +251,20 @@ UNREAD_WORDS = [
     "bash -c 'chmod 000 \\ '",           # in a script a shell runs
     "ls | xargs chmod 000 \\ ",
     "for f in \\ ; do chmod 000 \"$f\"; done",
+    "echo a\\\r\nrm -rf ~",                # a carriage return escaped: bash ends the echo there
+    "echo a \\\r\nrm -rf ~",
+    "echo \"x\" \\\r\nrm -rf ~",
+    "(echo a\\\r\nrm -rf ~)",
+    "echo $(true\\\r\nrm -rf ~)",
+    "bash -c \"echo a\\\r\nrm -rf ~\"",
+    "git status \\\r\nrm -rf build",
     "chmod 000 \\\\\\  \\ ",               # after a word that ends in an escaped backslash and blank
 ]
 READ_WORDS = [  # a backslash-blank inside a word, a string, a comment or a here-document is read
     "ls a\\ b", "echo \"x\\ y\"", "echo $'a\\ b'", "echo ok # a\\ b", "cat <<EOF\na\\ b\nEOF",
     "echo \\\\ x", "ls my\\ dir/", "echo 'a\\ b'",
     "chmod 000 \\\\\\ ",   # one word: an escaped backslash, then an escaped blank (bash: "\\ ")
+    "echo \"a\\\r\nb\"", "make \\\n  all", "echo a\r\nls\r\n",
 ]
 
 
@@ -261,7 +272,15 @@ READ_WORDS = [  # a backslash-blank inside a word, a string, a comment or a here
 def test_a_word_the_parser_cannot_read_is_asked(command):
     assert decision("bypassPermissions", command) in ("ask", "deny"), command
     assert decision("default", command, ("bash(chmod:*)", "bash(ls:*)", "bash(echo:*)", "bash(sudo:*)",
-                                         "bash(bash:*)", "bash(rm:*)")) != "allow", command
+                                         "bash(bash:*)", "bash(rm:*)", "bash(git status:*)")) != "allow", command
+
+
+def test_bash_reads_an_escaped_carriage_return_as_no_line_continuation(tmp_path):
+    """What the row above guards against, run for real: bash ends the first command at the
+    escaped carriage return, and runs the second line."""
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", f"echo a\\\r\ntouch {marker}"], check=True, capture_output=True)
+    assert marker.exists()
 
 
 @pytest.mark.parametrize("command", READ_WORDS)

@@ -828,21 +828,26 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
     return tuple(found) or ("syntax error",)
 
 
-# tree-sitter-bash reads a backslash before a blank as whitespace (its grammar's extras), so a
-# word that is only escaped blanks (``\ ``, which bash passes as the argument " ") is in no node
-_ESCAPED_BLANK = re.compile(rb"\\[ \t\v\f]")
+# tree-sitter-bash reads a backslash before a blank as whitespace, and a backslash before a
+# carriage return and a newline as a line continuation (its grammar's extras), where bash reads
+# a word (``\ ``: the argument " ") and an escaped carriage return then the end of the command
+# (``echo a\<CR><LF>rm -rf ~`` runs rm): what follows such a backslash is in no node, or in the
+# wrong one
+_ESCAPED_BLANK = re.compile(rb"\\[ \t\v\f\r]")
 
 
 def _unread_words(root: Node, source: bytes) -> tuple[str, ...]:
-    """An error for each word of escaped blanks the parser dropped: a backslash-blank that lies
-    between tokens (the smallest node around it has children), not inside a word, a string, a
-    comment or a here-document. bash runs such a word (an argument " ", or a command of that
-    name), so a line holding one cannot be judged from the tree."""
+    """An error for each escaped blank or carriage return the parser read as whitespace (see
+    ``_ESCAPED_BLANK``): a backslash before one that lies between tokens (the smallest node
+    around it has children), not inside a word, a string, a comment or a here-document. bash
+    reads something else there (a word " ", the end of a command), so a line holding one cannot
+    be judged from the tree."""
     found: list[str] = []
     for m in _ESCAPED_BLANK.finditer(source):
         node = root.descendant_for_byte_range(m.start(), m.start() + 1)
         if node is not None and node.child_count:
-            found.append(f"a word of escaped blanks at character {m.start()}, which the parser cannot read")
+            found.append(f"an escaped blank or carriage return at character {m.start()}, which the parser "
+                         "cannot read as bash does")
             if len(found) == 3:
                 break
     return tuple(found)
