@@ -258,13 +258,22 @@ UNREAD_WORDS = [
     "echo $(true\\\r\nrm -rf ~)",
     "bash -c \"echo a\\\r\nrm -rf ~\"",
     "git status \\\r\nrm -rf build",
+    "echo a\r# ; rm -rf ~",                 # a carriage return is no blank for bash: "#" starts no comment
+    "echo a\x0b# ; rm -rf ~",               # nor a vertical tab
+    "echo a\x0c# ; rm -rf ~",               # nor a form feed
+    "git status\r#; rm -rf build",
+    "ls\r",                                 # bash runs a program named "ls<CR>"
+    "echo a\r\nls\r\n",                     # Windows line ends: the same
+    "(echo a\r# ; rm -rf ~)",
+    "echo $(echo a\r# ; rm -rf ~)",
+    "bash -c 'echo a\r# ; rm -rf ~'",
     "chmod 000 \\\\\\  \\ ",               # after a word that ends in an escaped backslash and blank
 ]
 READ_WORDS = [  # a backslash-blank inside a word, a string, a comment or a here-document is read
     "ls a\\ b", "echo \"x\\ y\"", "echo $'a\\ b'", "echo ok # a\\ b", "cat <<EOF\na\\ b\nEOF",
     "echo \\\\ x", "ls my\\ dir/", "echo 'a\\ b'",
     "chmod 000 \\\\\\ ",   # one word: an escaped backslash, then an escaped blank (bash: "\\ ")
-    "echo \"a\\\r\nb\"", "make \\\n  all", "echo a\r\nls\r\n",
+    "echo \"a\\\r\nb\"", "make \\\n  all", "echo 'a\rb\x0bc\x0cd'", "echo ok # a\rb", "cat <<EOF\na\rb\nEOF",
 ]
 
 
@@ -275,11 +284,14 @@ def test_a_word_the_parser_cannot_read_is_asked(command):
                                          "bash(bash:*)", "bash(rm:*)", "bash(git status:*)")) != "allow", command
 
 
-def test_bash_reads_an_escaped_carriage_return_as_no_line_continuation(tmp_path):
-    """What the row above guards against, run for real: bash ends the first command at the
-    escaped carriage return, and runs the second line."""
+@pytest.mark.parametrize("spelling", ["echo a\\\r\ntouch {marker}", "echo a\r# ; touch {marker}",
+                                      "echo a\x0b# ; touch {marker}", "echo a\x0c# ; touch {marker}"])
+def test_bash_runs_what_the_grammar_reads_as_a_continuation_or_a_comment(spelling, tmp_path):
+    """What the rows above guard against, run for real: bash ends the first command at the
+    escaped carriage return, and reads "#" after a carriage return, vertical tab or form feed
+    as part of a word; the second command runs."""
     marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", f"echo a\\\r\ntouch {marker}"], check=True, capture_output=True)
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], check=True, capture_output=True)
     assert marker.exists()
 
 

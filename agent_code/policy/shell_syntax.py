@@ -828,26 +828,27 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
     return tuple(found) or ("syntax error",)
 
 
-# tree-sitter-bash reads a backslash before a blank as whitespace, and a backslash before a
-# carriage return and a newline as a line continuation (its grammar's extras), where bash reads
-# a word (``\ ``: the argument " ") and an escaped carriage return then the end of the command
-# (``echo a\<CR><LF>rm -rf ~`` runs rm): what follows such a backslash is in no node, or in the
-# wrong one
-_ESCAPED_BLANK = re.compile(rb"\\[ \t\v\f\r]")
+# Where tree-sitter-bash and bash read a line differently: the grammar counts a carriage return,
+# a vertical tab and a form feed as blanks (bash only a space and a tab: for it they are word
+# characters, so in ``echo a<CR># ; rm -rf ~`` the "#" starts no comment and rm runs); it reads a
+# backslash before a blank as whitespace (bash: a word, ``\ `` is the argument " "); and a
+# backslash, carriage return, newline as a line continuation (bash: an escaped carriage return,
+# then the end of the command: ``echo a\<CR><LF>rm -rf ~`` runs rm)
+_MISREAD = re.compile(rb"\\[ \t\v\f\r]|[\v\f\r]")
 
 
-def _unread_words(root: Node, source: bytes) -> tuple[str, ...]:
-    """An error for each escaped blank or carriage return the parser read as whitespace (see
-    ``_ESCAPED_BLANK``): a backslash before one that lies between tokens (the smallest node
-    around it has children), not inside a word, a string, a comment or a here-document. bash
-    reads something else there (a word " ", the end of a command), so a line holding one cannot
-    be judged from the tree."""
+def _misread(root: Node, source: bytes) -> tuple[str, ...]:
+    """An error for each place of ``_MISREAD`` that the parser read as whitespace: one that lies
+    between tokens (the smallest node around it has children), not inside a word, a string, a
+    comment or a here-document, where both read it alike. A line holding one cannot be judged
+    from the tree."""
     found: list[str] = []
-    for m in _ESCAPED_BLANK.finditer(source):
+    for m in _MISREAD.finditer(source):
         node = root.descendant_for_byte_range(m.start(), m.start() + 1)
         if node is not None and node.child_count:
-            found.append(f"an escaped blank or carriage return at character {m.start()}, which the parser "
-                         "cannot read as bash does")
+            what = "an escaped blank or carriage return" if source[m.start()] == 92 else \
+                "a carriage return, vertical tab or form feed"   # (92: a backslash)
+            found.append(f"{what} at character {m.start()}, which the parser does not read as bash does")
             if len(found) == 3:
                 break
     return tuple(found)
@@ -869,6 +870,6 @@ def parse(text: str) -> Script:
     acc = _Acc()
     reader.container(tree.root_node, acc)
     errors = _errors(tree.root_node, source)
-    if b"\\" in parsed:
-        errors += _unread_words(tree.root_node, parsed)
+    if _MISREAD.search(parsed):
+        errors += _misread(tree.root_node, parsed)
     return acc.script(errors)
