@@ -66,7 +66,15 @@ def test_the_summary_states_cpu_per_turn_and_the_throughput_ratio_to_the_floor()
 
     line = load.summary([result(1000, 2.0, 1.5)], [result(1000, 0.5, 0.4)])
     assert "gateway CPU per turn 1.50 ms (target <= 3 ms)" in line
-    assert "gateway 500 turns/s = 0.25x the floor's 2000 turns/s (target >= 0.4x: not met)" in line
-    assert "0.50x the floor's 1000 turns/s (target >= 0.4x: met)" in load.summary(
+    assert ("gateway 500 turns/s = 0.25x the floor's 2000 turns/s, the median of 1 round pair(s): 0.25x "
+            "(target >= 0.4x: not met)") in line
+    assert "0.50x the floor's 1000 turns/s, the median of 1 round pair(s): 0.50x (target >= 0.4x: met)" in load.summary(
         [result(1000, 2.0, 1.5)], [result(1000, 1.0, 0.4)])
     assert "x the floor" not in load.summary([result(1000, 2.0, 1.5)], [])
+    # rounds taken in turns: each gateway round against the floor round before it, the median ratio
+    gateway = [result(1000, 2.0, 1.5), result(1000, 1.25, 1.5), result(1000, 1.0 / 0.6, 1.5)]   # 500, 800, 600/s
+    floor = [result(1000, 0.5, 0.4), result(1000, 0.625, 0.4), result(1000, 1.0, 0.4)]        # 2000, 1600, 1000/s
+    line = load.summary(gateway, floor)
+    assert "gateway 600 turns/s = 0.60x the floor's 1600 turns/s" not in line
+    assert ("= 0.50x the floor's 1600 turns/s, the median of 3 round pair(s): 0.25x, 0.50x, 0.60x "
+            "(target >= 0.4x: met)") in line
