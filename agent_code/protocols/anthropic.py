@@ -56,7 +56,8 @@ from typing import Any
 # ProtocolError, Signer and ThinkingSigner live in common.py; imported here for the callers that
 # name them from this module
 from agent_code.protocols.common import ProtocolError, Signer, ThinkingSigner, chunks, random_id, sse_event  # noqa: F401
-from agent_code.protocols.jsontypes import ScalarPaths, is_int, is_number, same_scalar_types, scalar_paths, type_name
+from agent_code.protocols.jsontypes import (ScalarPaths, is_int, is_number, same_key_order, same_scalar_types,
+                                            scalar_paths, type_name)
 from agent_code.protocols.canonical import ChatRequest, Message, ParsedReply, SamplingParams, ToolSchema, rest_of
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
@@ -482,10 +483,12 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
     wire_tools = body.get("tools")
     tool_notes: Sequence[str]
     shared = _shared_tools
-    if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars):
+    if memo is not None and wire_tools is not None and _same(wire_tools, memo.tools, memo.tools_scalars) \
+            and same_key_order(wire_tools, memo.tools):
         tools, tool_notes = memo.tools_out
         tools_scalars = memo.tools_scalars
-    elif wire_tools is not None and shared is not None and _same(wire_tools, shared[0], shared[1]):
+    elif wire_tools is not None and shared is not None and _same(wire_tools, shared[0], shared[1]) \
+            and same_key_order(wire_tools, shared[0]):   # (the template shows the key order)
         (tools, tool_notes), tools_scalars = shared[2], shared[1]   # another session's, the same tools
     else:
         new_tool_notes: list[str] = []

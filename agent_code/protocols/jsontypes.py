@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import orjson
+
 # where in a JSON value: object keys and array indexes, from the top
 JsonPath = tuple[str | int, ...]
 # a value's number/bool/null places and their types (:func:`scalar_paths`)
@@ -54,3 +56,25 @@ def same_scalar_types(value: object, paths: ScalarPaths) -> bool:
         if type(node) is not kind:
             return False
     return True
+
+
+def same_key_order(value: object, other: object) -> bool:
+    """For two values that are ``==`` with the same number/bool/null types: whether they also
+    write the same JSON text, every object listing its keys in the same order (what a chat
+    template rendering them with ``tojson`` shows; ``==`` ignores it). Written with orjson
+    (~25 µs for Claude Code's tools); a value it cannot write (an integer past 64 bits) is
+    walked."""
+    if value is other:
+        return True
+    try:
+        return orjson.dumps(value) == orjson.dumps(other)
+    except (TypeError, orjson.JSONEncodeError):
+        return _same_key_order(value, other)
+
+
+def _same_key_order(value: object, other: object) -> bool:
+    if isinstance(value, dict) and isinstance(other, dict):
+        return list(value) == list(other) and all(_same_key_order(v, other[k]) for k, v in value.items())
+    if isinstance(value, list) and isinstance(other, list):
+        return len(value) == len(other) and all(_same_key_order(v, w) for v, w in zip(value, other))
+    return value == other and type(value) is type(other)

@@ -416,7 +416,10 @@ class _RootPrompts:
     tools block, ~1 ms to render and look up every time). An entry is used only for the same
     renderer, the very same tools list object (the translation shares one across sessions
     that declare equal tools) and messages whose JSON text is the same, key order and number
-    types included: a pure function's same input. A template that reads the clock
+    types included: a pure function's same input. It relies on what the gateway hands it:
+    canonical messages of plain JSON values (dicts, lists, strings, numbers, bools, null: their
+    JSON text tells them apart; a tuple would read as a list) and tools lists that no one changes
+    in place (the translations build new ones). A template that reads the clock
     (``strftime_now``: today's date in the system block) is no pure function: its prompts are
     rendered every time. The prompt is a :class:`TokenSeq`, which no one changes, shared by the
     sessions that use it (so a session can tell from the time its first turn takes whether
