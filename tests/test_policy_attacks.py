@@ -267,6 +267,11 @@ UNREAD_WORDS = [
     "(echo a\r# ; rm -rf ~)",
     "echo $(echo a\r# ; rm -rf ~)",
     "bash -c 'echo a\r# ; rm -rf ~'",
+    "[[ a\r== a ]] && rm -rf ~",              # inside a test, an arithmetic, a case pattern, a redirection
+    "x=$((1\r#))\nrm -rf ~",
+    "case a in a\r#) ;; esac; rm -rf ~",
+    "echo a >\r# f; rm -rf ~",
+    "echo a\\\x0c\nrm -rf ~",                # an escaped form feed before a newline
     "chmod 000 \\\\\\  \\ ",               # after a word that ends in an escaped backslash and blank
 ]
 READ_WORDS = [  # a backslash-blank inside a word, a string, a comment or a here-document is read

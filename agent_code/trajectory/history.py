@@ -75,22 +75,25 @@ def _key_chain(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     return chain
 
 
-# the digest of a tools list, per list object: the translation hands every session that declares
-# the same tools the same list (protocols/anthropic.py), whose ~70 kB of JSON is then hashed once
-_TOOLS_DIGESTS: dict[int, tuple[Tools, bytes]] = {}
+# the facts of tools lists, across sessions: the translation hands every session that declares
+# the same tools the same list (protocols/anthropic.py), whose facts — where it holds a number,
+# bool or null and of which type, its echo schemas, the digest of its ~70 kB of JSON — are then
+# found once
+_SHARED_TOOLS: dict[int, tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas, bytes]] = {}
+
+
+def _tools_entry(tools: Tools) -> tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas, bytes]:
+    held = _SHARED_TOOLS.get(id(tools))
+    if held is None or held[0] is not tools:
+        held = (tools, scalar_paths(tools), echo.schemas(tools), _digest(b"tools", tools or []))
+        if len(_SHARED_TOOLS) >= 64:
+            _SHARED_TOOLS.clear()
+        _SHARED_TOOLS[id(tools)] = held
+    return held
 
 
 def _tools_digest(tools: Tools) -> bytes:
-    if not tools:
-        return _digest(b"tools", [])
-    held = _TOOLS_DIGESTS.get(id(tools))
-    if held is not None and held[0] is tools:
-        return held[1]
-    digest = _digest(b"tools", tools)
-    if len(_TOOLS_DIGESTS) >= 64:
-        _TOOLS_DIGESTS.clear()
-    _TOOLS_DIGESTS[id(tools)] = (tools, digest)
-    return digest
+    return _tools_entry(tools)[3] if tools else _digest(b"tools", [])
 
 
 def prefix_keys(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
@@ -126,11 +129,6 @@ class PromptPlan:
     messages_key: bytes | None = field(default=None, repr=False)  # the request messages' key, when computed
     held_messages: int = 0  # how many leading request messages the parent's held ids stand for
     notes: list[dict[str, Any]] = field(default_factory=list)   # client rewrites tolerated (echo.py)
-
-
-# the facts of tools lists, across sessions: the translation hands every session that declares
-# the same tools the same list (protocols/anthropic.py), whose facts are then found once
-_SHARED_TOOLS: dict[int, tuple[Tools, list[tuple[JsonPath, type]], echo.Schemas]] = {}
 
 
 class SessionHistory:
@@ -234,12 +232,7 @@ class SessionHistory:
     def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
         """For a held tools list (kept per object): where it holds a number, bool or null and of
         which type, and its echo schemas."""
-        held = _SHARED_TOOLS.get(id(tools))
-        if held is None or held[0] is not tools:
-            held = (tools, scalar_paths(tools), echo.schemas(tools))
-            if len(_SHARED_TOOLS) >= 64:
-                _SHARED_TOOLS.clear()
-            _SHARED_TOOLS[id(tools)] = held
+        held = _tools_entry(tools)
         return held[1], held[2]
 
     def _same_call_types(self, message: dict[str, Any], held: dict[str, Any]) -> bool:
