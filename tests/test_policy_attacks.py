@@ -303,3 +303,83 @@ def test_bash_runs_what_the_grammar_reads_as_a_continuation_or_a_comment(spellin
 @pytest.mark.parametrize("command", READ_WORDS)
 def test_escaped_blanks_inside_words_strings_and_comments_are_read(command):
     assert decision("bypassPermissions", command) == "allow", command
+
+
+# M. a line break read as a blank: after a pipeline of three or more stages, tree-sitter-bash
+#    sometimes reads on over a newline into the next line, when that line is a list (`&&`,
+#    `||`): "ls | grep x | head -n 1<LF>rm -rf ~ && true" came out as the pipeline
+#    "ls | (grep x | head -n 1 rm -rf ~) && true", with no syntax error, so rm was an argument
+#    of head: approved in bypassPermissions and by `bash(ls:*)`, `bash(head:*)`… while bash ends
+#    the command at the newline and runs rm (run for real below). Found by the differential run
+#    of tests/test_policy_bash_differential.py. Any newline the parser reads as a blank inside a
+#    statement makes the line one the tree cannot judge: asked, and no allow rule approves it.
+JOINED_LINES = [
+    "ls | grep x | head -n 1\nrm -rf ~ && true",
+    "ls | grep x | head -n 1\nrm -rf ~ || true",
+    "ls | grep x | head 1\nrm -rf ~ && true",
+    "ls | grep x | head -n a\nrm -rf ~ && true",
+    "ls | grep x | sort | head -n 1\nrm -rf ~ && true",         # four stages
+    "ls |& grep x |& head -n 1\nrm -rf ~ && true",             # |&
+    "ls 2>&1 | grep x | head -n 1\nrm -rf ~ && true",          # a redirection in the pipeline
+    "ls | grep x | head -n 1 2>&1\nrm -rf ~ && true",          # … on its last stage
+    "ls | grep x | head <<<x\nrm -rf ~ && true",               # a here-string
+    "git status | grep x | wc -l\nrm -rf ~ && true",
+    "( ls | grep x | head -n 1\nrm -rf ~ && true )",           # in a subshell
+    "{ ls | grep x | head -n 1\nrm -rf ~ && true\n}",          # in a group
+    "echo $(ls | grep x | head -n 1\nrm -rf ~ && true)",       # in a command substitution
+    "for f in a; do ls | grep x | head -n 1\nrm -rf ~ && true\ndone",
+    "if true; then ls | grep x | head -n 1\nrm -rf ~ && true\nfi",
+    "bash -c 'ls | grep x | head -n 1\nrm -rf ~ && true'",     # in a script a shell runs
+    "ls | grep x | head -n 1\nrm -rf ~ && true\n",              # a final newline of its own
+]
+STILL_READ_LINES = [  # newlines bash reads on over, or inside text: no question
+    "ls | grep x | head -n 1\nrm -rf build; true",
+    "ls | grep x |\nhead -n 1",
+    "ls | grep x | # a comment\nhead -n 1",
+    "ls &&\ngit status",
+    "make \\\n  all",
+    "echo \"a\nb\"",
+    "cat <<EOF | grep x | head -n 1\nrm -rf ~ && true\nEOF",       # a here-document's body is text
+    "if true\nthen ls\nfi",
+    "x=(1\n2) && echo ok",
+    "case a in\n a) ls;;\nesac",
+]
+
+
+@pytest.mark.parametrize("command", JOINED_LINES)
+def test_a_line_break_the_parser_reads_as_a_blank_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(ls:*)", "bash(head:*)", "bash(grep:*)", "bash(true:*)",
+                                         "bash(git status:*)", "bash(wc:*)", "bash(echo:*)", "bash(bash:*)",
+                                         "bash(sort:*)", "bash(rm:*)")) != "allow", command
+
+
+def test_bash_runs_the_line_after_the_pipeline(tmp_path):
+    """What the rows above guard against, run for real: the newline ends head's command."""
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", f"ls / | grep x | head -n 1\ntouch {marker} && true"], check=True,
+                   capture_output=True)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("command", STILL_READ_LINES)
+def test_line_breaks_bash_reads_on_over_are_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+def test_a_line_the_analysis_fails_on_is_asked_not_a_crash(monkeypatch):
+    """A bug in the analysis must neither crash the agent (the check raised IndexError on a
+    redirected assignment in a pipeline, `zq1 |& while false; do v=1 ||<LF>zq2 2>/dev/null;
+    done`) nor let the line through: the line is one it cannot judge."""
+    line = 'zq1 |& while false; do v="a b" ||\nzq2 15 2>/dev/null; done |& zq3'
+    assert decision("bypassPermissions", line) == "allow"  # the bug itself is fixed: read, and harmless
+    from agent_code.policy import commands
+
+    def broken(*args, **kwargs):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(commands, "_walk_script", broken)
+    commands.clear_caches()
+    assert decision("bypassPermissions", "ls") == "ask"
+    assert decision("default", "ls", ("bash(ls:*)",)) == "ask"
+    assert any("could not be analysed" in e for e in commands.analyze("ls").errors)

@@ -464,7 +464,7 @@ def _first_leaf(script: Script) -> Command | None:
 
 def _stdin_shell_in(script: Script) -> bool:
     for pipeline in script.pipelines:
-        stage = pipeline[0]
+        stage = pipeline[0] if pipeline else None
         if isinstance(stage, Simple) and stage.words:
             leaf = _unwrap(stage.argv)[1]
             if leaf and program_name(leaf[0]) in SHELLS and shell_script(leaf)[1]:
@@ -702,6 +702,9 @@ def analyze(text: str) -> Analysis:
         _walk(text, 0, out)
     except RecursionError:
         out.opaque = True
+    except Exception as error:  # noqa: BLE001 - a line the analysis fails on is one it cannot judge
+        # (a bug here must not crash the agent, nor let the line pass: it asks, as for a syntax error)
+        out.errors.append(f"the command line could not be analysed ({type(error).__name__}: {error})")
     return out
 
 

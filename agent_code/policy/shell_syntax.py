@@ -218,6 +218,8 @@ _PLAIN_PARAMETER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 _SPACE = re.compile(r"\s")
 _CHANGES_VARIABLES = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
                                 r"eval|source)\b|^\.\s", re.MULTILINE)
+# (every match holds a "(" or a "`": two searches for those, much cheaper than the
+# pattern's own scan, spare most texts the pattern)
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
@@ -435,7 +437,9 @@ class _Reader:
                 first = self.command(body, redirects, acc)
             else:
                 stages = self.stages(body, acc, kind)
-                if len(stages) == 1 and isinstance(stages[0], Simple):
+                if not stages:  # a body that runs no command (``v=$(…) 2>x``: its substitutions are in acc)
+                    first = Simple((), tuple(redirects))
+                elif len(stages) == 1 and isinstance(stages[0], Simple):
                     first = Simple(stages[0].words, stages[0].redirects + tuple(redirects))
                 elif len(stages) == 1 and isinstance(stages[0], Compound):
                     first = Compound(stages[0].body, stages[0].kind, stages[0].redirects + tuple(redirects))
@@ -608,7 +612,8 @@ class _Reader:
     # -- words
     def substitutions(self, node: Node) -> list[Script]:
         """The scripts of every substitution inside an expression."""
-        if not _HIDDEN_SUBSTITUTION.search(self.text(node)):
+        text = self.text(node)
+        if not (("(" in text or "`" in text) and _HIDDEN_SUBSTITUTION.search(text)):  # (see _HIDDEN_SUBSTITUTION)
             return []
         return self._opened(node)
 
@@ -648,7 +653,7 @@ class _Reader:
         texts: list[str] = []
         pattern: list[str] = []
         self._parts(node, texts, pattern, False, kind)
-        subs = tuple(self._opened(node)) if _HIDDEN_SUBSTITUTION.search(raw) else ()
+        subs = tuple(self._opened(node)) if ("(" in raw or "`" in raw) and _HIDDEN_SUBSTITUTION.search(raw) else ()
         return _tuple_new(Word, ("".join(texts), subs, None, "".join(pattern)))
 
     def _expand(self, node: Node, kind: str | None = None) -> tuple[str, str]:
@@ -835,6 +840,9 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
 # backslash, carriage return, newline as a line continuation (bash: an escaped carriage return,
 # then the end of the command: ``echo a\<CR><LF>rm -rf ~`` runs rm)
 _MISREAD = re.compile(rb"\\[ \t\v\f\r]|[\v\f\r]")
+# (the test before _misread: three byte searches and a pattern that starts with a literal
+# backslash, which the regex engine finds by a fast scan: a tenth of _MISREAD's search)
+_ESCAPED_BLANK = re.compile(rb"\\[ \t\v\f\r]")
 
 
 def _misread(root: Node, source: bytes) -> tuple[str, ...]:
@@ -854,6 +862,64 @@ def _misread(root: Node, source: bytes) -> tuple[str, ...]:
     return tuple(found)
 
 
+# Where a newline between tokens is a separator for bash as well: the nodes whose children are
+# statements (a newline ends one) or literal text (where it is a character); in a list or a
+# pipeline only after its operator (``a &&``, ``a |``), where bash reads on. Anywhere else the
+# parser took a newline for a blank: tree-sitter-bash does so after a pipeline of three or more
+# stages in some contexts (``ls | grep x | head -n 1<LF>rm -rf ~ && true`` came out as ``head -n
+# 1 rm -rf ~``, a command that ends a pipeline) where bash ends the command and runs the next.
+_NEWLINE_SEPARATES = frozenset({
+    "program", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause", "else_clause",
+    "while_statement", "for_statement", "c_style_for_statement", "case_statement", "case_item",
+    "function_definition", "command_substitution", "process_substitution", "string", "translated_string",
+    "heredoc_redirect", "heredoc_body", "array", "ERROR",
+})
+_CONTINUED_BY = {"list": frozenset({"&&", "||"}), "pipeline": frozenset({"|", "|&"})}
+
+
+def _joined(root: Node, source: bytes) -> tuple[str, ...]:
+    """An error for each newline (not escaped) that the parser read as a blank inside a
+    statement: the smallest node around it has children and is none of ``_NEWLINE_SEPARATES``
+    (nor a list or a pipeline right after its operator). A line holding one cannot be judged
+    from the tree (see ``_NEWLINE_SEPARATES``)."""
+    found: list[str] = []
+    at = source.find(b"\n")
+    while at >= 0:
+        node = root.descendant_for_byte_range(at, at + 1)
+        if node is not None and node.child_count:
+            kind = _KIND[node.kind_id]
+            if kind not in _NEWLINE_SEPARATES and not _escaped(source, at) and not _after_operator(node, kind, at):
+                found.append(f"a line break at character {at} that the parser reads as a blank inside "
+                             f"`{kind}` (bash ends the command there)")
+                if len(found) == 3:
+                    break
+        at = source.find(b"\n", at + 1)
+    return tuple(found)
+
+
+def _escaped(source: bytes, at: int) -> bool:
+    """Whether the character at ``at`` follows an odd number of backslashes."""
+    start = at
+    while start and source[start - 1] == 92:  # (a backslash)
+        start -= 1
+    return (at - start) % 2 == 1
+
+
+def _after_operator(node: Node, kind: str, at: int) -> bool:
+    """In a list or a pipeline: whether the last token before ``at`` (comments aside) is the
+    operator that lets bash read on after a newline."""
+    operators = _CONTINUED_BY.get(kind)
+    if operators is None:
+        return False
+    before = None
+    for child in node.children:
+        if child.end_byte > at:
+            break
+        if _KIND[child.kind_id] != "comment":
+            before = _KIND[child.kind_id]
+    return before in operators
+
+
 def parse(text: str) -> Script:
     """The script in ``text``: pipelines of simple and compound commands, every
     substitution opened up, syntax errors listed (see the module doc)."""
@@ -870,6 +936,8 @@ def parse(text: str) -> Script:
     acc = _Acc()
     reader.container(tree.root_node, acc)
     errors = _errors(tree.root_node, source)
-    if _MISREAD.search(parsed):
+    if b"\r" in parsed or b"\v" in parsed or b"\f" in parsed or _ESCAPED_BLANK.search(parsed):  # _MISREAD
         errors += _misread(tree.root_node, parsed)
+    if b"\n" in source:  # (the newline parse added ends the input: no line joined there)
+        errors += _joined(tree.root_node, parsed)
     return acc.script(errors)
