@@ -383,3 +383,90 @@ def test_a_line_the_analysis_fails_on_is_asked_not_a_crash(monkeypatch):
     assert decision("bypassPermissions", "ls") == "ask"
     assert decision("default", "ls", ("bash(ls:*)",)) == "ask"
     assert any("could not be analysed" in e for e in commands.analyze("ls").errors)
+
+
+# N. a word glued to a backslash escape: tree-sitter-bash ends a word before a backslash that
+#    follows a quote, an expansion or a substitution ("r"\m, $x\m, `a`\m) or a line continuation
+#    inside a word (r\<LF>m), and starts another; for bash it is one word. `"r"\m -rf ~` ran
+#    `rm -rf ~` while the analysis saw the program "r"; `echo x > "/etc/pass"\wd` wrote
+#    /etc/passwd to the target "/etc/pass" (both approved in bypassPermissions). Found by the
+#    word-level run of tests/test_policy_bash_differential.py.
+GLUED_WORDS = [
+    '"r"\\m -rf ~', "'r'\\m -rf ~", "$'r'\\m -rf ~", 'r""\\m -rf ~', '""\\r\\m -rf ~', "r\\\nm -rf ~",
+    '$X\\m -rf ~', '${X}\\m -rf ~', '$(echo r)\\m -rf ~', '`echo r`\\m -rf ~',
+    'echo x > "/etc/pass"\\wd', 'echo x >"/etc/"\\passwd', 'tee "/etc/"\\passwd < x', 'rm -rf "/tm"\\p/../..',
+    'sudo "r"\\m -rf ~', 'ls && "r"\\m -rf ~', '( "r"\\m -rf ~ )', 'echo $("r"\\m -rf ~)', "bash -c '\"r\"\\m -rf ~'",
+    'for x in a; do "r"\\m -rf ~; done', 'export X="a"\\b; rm -rf ~',
+]
+GLUED_READ = ["echo a\\ b", "echo \\m", "ls my\\ dir/", "printf '%s\\n' a", "echo a\\\\b", "make \\\n  all",
+              "sed -e 's/a\\/b/'", "echo ${x#\\*}", "grep -e \\-x f", "echo a;\\\nls"]
+
+
+@pytest.mark.parametrize("command", GLUED_WORDS)
+def test_a_word_the_parser_splits_before_a_backslash_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(echo:*)", "bash(tee:*)", "bash(ls:*)", "bash(r:*)", "bash(sudo:*)",
+                                         "bash(bash:*)", "bash(export:*)", "bash(rm:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", GLUED_READ)
+def test_backslashes_bash_reads_as_the_parser_does_are_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+# O. a $'…' string the grammar runs on past its quote: tree-sitter-bash took the quote after
+#    an escaped backslash ($'\\') for an escaped quote, so `echo $'\\'<LF>rm -rf ~<LF>echo '`
+#    was one echo of a string (approved in bypassPermissions) while bash runs rm.
+ANSI_C_MISREADS = ["echo $'\\\\'\nrm -rf ~\necho '", "echo $'a\\\\'\nrm -rf ~\necho '", "echo $'\\\\\\\\'\nrm -rf ~\necho '",
+                   "ls $'\\\\'\nrm -rf ~\nls '", "(echo $'\\\\'\nrm -rf ~\necho ')"]
+ANSI_C_READ = ["echo $'a\\\\\\'b'", "echo $'\\n\\t'", "echo $'it\\'s'", "echo $'a' $'b\\\\'", "printf $'%s\\\\n' a"]
+
+
+@pytest.mark.parametrize("command", ANSI_C_MISREADS)
+def test_a_dollar_quote_the_parser_ends_elsewhere_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(echo:*)", "bash(ls:*)", "bash(rm:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", ANSI_C_READ)
+def test_dollar_quotes_read_as_bash_reads_them_are_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+# P. here-documents: tree-sitter-bash took `EOF;` (also `EOF|…`, `EOF>f`, `EOF&&…`) for the
+#    delimiter of `<<EOF;`, so the body ran on past the line "EOF" where bash ends it and runs the
+#    lines after; it hung words after the delimiter on the redirection, where the analysis lost
+#    them (`rm <<EOF -rf ~`: rm's arguments); it does not open `…` in an unquoted body, nor read
+#    the body after `<<$X` or a tab-indented `<<-` one; with `<<E'O'F` and a $(…) in the body it
+#    took the following lines for the end line. All approved in bypassPermissions.
+HEREDOC_MISREADS = [
+    "cat <<EOF;\nx\nEOF\nrm -rf ~\nEOF;", "cat <<EOF>x\nx\nEOF\nrm -rf ~\nEOF>x", "cat <<EOF|cat\nx\nEOF\nrm -rf ~\nEOF|cat",
+    "cat <<EOF&&ls\nx\nEOF\nrm -rf ~\nEOF&&ls", "cat <<-EOF;\n\tx\n\tEOF\nrm -rf ~\nEOF;",
+    "rm <<EOF -rf ~\nx\nEOF", "cat <<EOF\n`rm -rf ~`\nEOF", "cat <<EOF > notes.md\nrun `rm -rf ~` first\nEOF",
+    "cat <<-EOF\n\t$(rm -rf ~)\nEOF", "cat <<$X\n$(rm -rf ~)\n$X", "cat <<E'O'F\n$(date)\nEOF\nrm -rf ~\nEOF",
+    "(cat <<EOF;\nx\nEOF\nrm -rf ~\nEOF;\n)",
+]
+HEREDOC_READ = ["cat <<EOF\nplain $x\nEOF", "cat <<'EOF' > a.py\nprint(`x`)\nEOF", "cat <<-EOF\n\tx\n\tEOF",
+                'cat <<"E O"\nx\nE O', "cat <<\\EOF\n`x`\nEOF", "python3 - <<'EOF'\nimport json\nEOF",
+                "cat <<EOF > f\n$(date)\nEOF", "cat <<EOF | grep x\na\nEOF"]
+
+
+@pytest.mark.parametrize("command", HEREDOC_MISREADS)
+def test_a_here_document_the_parser_reads_otherwise_is_asked_or_refused(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(cat:*)", "bash(rm:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", HEREDOC_READ)
+def test_here_documents_read_as_bash_reads_them_are_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+@pytest.mark.parametrize("spelling", ['"t"\\ouch {marker}', "t\\\nouch {marker}", "echo $'\\\\'\ntouch {marker}\necho '",
+                                      "cat <<EOF;\nx\nEOF\ntouch {marker}\nEOF;", "cat <<EOF\n`touch {marker}`\nEOF",
+                                      "cat <<-EOF\n\t$(touch {marker})\nEOF", "cat <<$X\n$(touch {marker})\n$X"])
+def test_bash_runs_what_the_grammar_misread(spelling, tmp_path):
+    """What sections N–P guard against, run for real: bash runs the command the tree hid."""
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
+    assert marker.exists(), spelling

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent_code.policy import shell_syntax
-from agent_code.policy.shell_syntax import _KIND, _Acc, _errors, _Reader, parse, parser
+from agent_code.policy.shell_syntax import _KIND, parse, parser, read
 
 LINES = [
     "git status --short | grep -v '^??' | wc -l",
@@ -56,9 +56,7 @@ def test_ascii_slicing_reads_as_decoding(line):
     tree = parser().parse(source)
     scripts = []
     for text in (line, None):  # None: every span is decoded from the bytes
-        acc = _Acc()
-        _Reader(source, text).container(tree.root_node, acc)
-        scripts.append(acc.script(_errors(tree.root_node, source)))
+        scripts.append(read(tree, source, text, source))
     assert scripts[0] == scripts[1] == parse(line)
 
 
@@ -74,10 +72,7 @@ def _parsed_as_given(line: str):
     """The script of ``line`` read from tree-sitter's parse of exactly its bytes (what
     :func:`parse` did before it ended a line with a newline)."""
     source = line.encode()
-    tree = parser().parse(source)
-    acc = _Acc()
-    _Reader(source, line).container(tree.root_node, acc)
-    return acc.script(_errors(tree.root_node, source))
+    return read(parser().parse(source), source, line, source)
 
 
 @pytest.mark.parametrize("line", [

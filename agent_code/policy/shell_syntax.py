@@ -254,6 +254,10 @@ class _Reader:
         self.src = source
         self.ascii = text if text is not None and text.isascii() else None  # byte offsets are str offsets
         self.bindings: dict[str, str] = {}  # loop variables whose values are known (name → pattern)
+        self.errors: list[str] = []  # places where the tree and bash part ways (here-documents)
+        # tree-sitter-bash makes "==" and "=~" after a command name tokens of its own (`git == x`
+        # came out as `git x`); bash passes them on as words: commands read them then
+        self.test_operators = b"==" in source or b"=~" in source
 
     def text(self, node: Node) -> str:
         if self.ascii is not None:
@@ -473,7 +477,13 @@ class _Reader:
             body = self.text(body_node) if body_node is not None else ""
             if op == "<<-":
                 body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+            self._check_heredoc(node, start, body, more, op)
             subs = () if quoted or body_node is None else tuple(self.substitutions(body_node))
+            if not quoted and not subs and "$(" in body:  # (the grammar reads no body after `<<$X`)
+                self.errors.append(f"a here-document at character {node.start_byte} whose $(…) the parser "
+                                   "does not read")
+            if not quoted and "`" in body:  # the grammar leaves `…` in a here-document's body unread
+                subs += tuple(_backquoted(body))
             word = Word(re.sub(r"['\"\\]", "", delimiter), subs, heredoc=body,
                         pattern=escape(body) if quoted else self.heredoc_pattern(body_node))
             return op, word, more
@@ -494,6 +504,39 @@ class _Reader:
             acc.subs.extend(self.substitutions(extra))
         return op, word, more
 
+    def _check_heredoc(self, node: Node, start: Node | None, body: str, more: list[Node], op: str) -> None:
+        """Where the grammar reads a here-document otherwise than bash, note an error: a
+        delimiter word that is not the one bash reads (``<<EOF;`` took "EOF;", so the body ran on
+        past the line "EOF" while bash ran the lines after it), a body holding the delimiter's
+        line (bash ends there), words the grammar hung on the redirection (``rm <<EOF -rf ~``:
+        rm's arguments for bash)."""
+        if start is None:
+            return  # a syntax error of its own
+        word_start, delimiter, word_end = _heredoc_word(self.src, node.start_byte)
+        if (word_start, word_end) != (start.start_byte, start.end_byte):
+            self.errors.append(f"a here-document delimiter at character {start.start_byte} that the parser "
+                               f"reads otherwise than bash (bash: {delimiter!r})")
+        elif delimiter in body.split("\n")[:-1] or (delimiter == "" and "\n\n" in "\n" + body) \
+                or not self._ends_with(node, delimiter, op):
+            self.errors.append(f"a here-document at character {start.start_byte} whose body the parser reads "
+                               f"past the line that ends it for bash")
+        for extra in more:
+            if _KIND[extra.kind_id] in _LOOSE_WORDS:
+                self.errors.append(f"a word at character {extra.start_byte} after a here-document's delimiter "
+                                   "that the parser does not place")
+                break
+
+    def _ends_with(self, node: Node, delimiter: str, op: str) -> bool:
+        """Whether the here-document's end line, as the parser found it, is ``delimiter`` (the
+        grammar has taken lines after it for the end: ``<<E'O'F`` with ``$(…)`` in the body)."""
+        for child in node.children:
+            if _KIND[child.kind_id] == "heredoc_end":
+                if child.is_missing:
+                    return True  # a syntax error of its own
+                end = self.text(child)
+                return (end.lstrip("\t") if op == "<<-" else end) == delimiter
+        return True
+
     def heredoc_pattern(self, body: Node | None) -> str:
         if body is None:
             return ""
@@ -508,8 +551,12 @@ class _Reader:
     def command(self, node: Node, redirects: "Sequence[tuple[str, Word]]", acc: _Acc) -> Simple:
         words: list[Word] = []
         src = self.ascii
-        for child in node.named_children:
+        for child in (node.children if self.test_operators else node.named_children):
             kind = _KIND[child.kind_id]
+            if not child.is_named:  # (only when the line holds "==" or "=~")
+                if kind == "==" or kind == "=~":  # the grammar's test operators: words for bash
+                    words.append(Word(kind, (), None, escape(kind)))
+                continue
             if kind == "command_name":
                 child = child.named_child(0)
                 if child is None:
@@ -798,6 +845,58 @@ class _Reader:
         return " ".join(texts)
 
 
+_HEREDOC_WORD_ENDS = frozenset(b" \t\n;&|()<>")
+
+
+def _heredoc_word(source: bytes, at: int) -> tuple[int, str, int]:
+    """The delimiter of the here-document whose ``<<``/``<<-`` is at ``at``, as bash reads it:
+    where its word starts, its text after quote removal, where it ends."""
+    i = at + 2
+    if source[i:i + 1] == b"-":
+        i += 1
+    while source[i:i + 1] in (b" ", b"\t"):
+        i += 1
+    start, out, n = i, bytearray(), len(source)
+    while i < n and source[i] not in _HEREDOC_WORD_ENDS:
+        c = source[i]
+        if c == 92:  # a backslash: the next character as it is
+            out += source[i + 1:i + 2]
+            i += 2
+        elif c == 39:  # '…'
+            end = source.find(b"'", i + 1)
+            end = n if end < 0 else end
+            out += source[i + 1:end]
+            i = end + 1
+        elif c == 34:  # "…" (a backslash escapes $ ` " \ and a newline)
+            i += 1
+            while i < n and source[i] != 34:
+                if source[i] == 92 and i + 1 < n and source[i + 1] in b'$`"\\\n':
+                    i += 1
+                out.append(source[i])
+                i += 1
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return start, out.decode("utf-8", "replace"), min(i, n)
+
+
+_BACKQUOTED = re.compile(r"(?<!\\)`((?:[^`\\]|\\.)*)(`|$)", re.DOTALL)
+
+
+def _backquoted(body: str) -> list[Script]:
+    """The scripts of the `…` substitutions in an unquoted here-document's body (the grammar
+    reads none of them; bash runs them): each read as a line of its own; an unclosed one is an
+    error."""
+    found: list[Script] = []
+    for m in _BACKQUOTED.finditer(body):
+        if not m.group(2):
+            found.append(Script(errors=("an unclosed ` in a here-document",)))
+            continue
+        found.append(parse(re.sub(r"\\([$`\\])", r"\1", m.group(1))))
+    return found
+
+
 def _hidden(text: str) -> list[Script]:
     """Substitutions that tree-sitter kept as plain text (inside ``${x#…}`` patterns or
     ``[[ … =~ … ]]``): read the text again as the argument of a command."""
@@ -920,6 +1019,74 @@ def _after_operator(node: Node, kind: str, at: int) -> bool:
     return before in operators
 
 
+# A word part glued to a backslash escape (``"r"\\m``, ``$x\\m``, ``'a'\\b``) is one word for bash; the
+# grammar ends the word before the backslash and starts another: ``"r"\\m -rf ~`` ran ``rm -rf ~``
+# as the program "r", ``echo x > "/etc/pass"\\wd`` wrote /etc/passwd to the target "/etc/pass"
+# (approved in bypassPermissions). A backslash after one of these starts a word for bash too.
+_WORD_BREAKS = frozenset(b" \t\n;&|<>")  # (not ")": it may close a $(…) of the word)
+# nodes whose parts are adjacent by nature (a word's pieces, ``name=value``, ``${x#…}``, arithmetic)
+_ADJACENT_PARTS = frozenset({
+    "concatenation", "string", "translated_string", "expansion", "variable_assignment", "heredoc_body", "regex",
+    "arithmetic_expansion", "binary_expression", "unary_expression", "postfix_expression", "ternary_expression",
+    "parenthesized_expression", "subscript", "brace_expression", "extglob_pattern",
+})
+
+
+def _glued(root: Node, source: bytes) -> tuple[str, ...]:
+    """An error for each backslash escape that the parser made the start of a new word, right
+    after the end of the one before (not in a node whose parts are adjacent anyway)."""
+    found: list[str] = []
+    at = source.find(b"\\")
+    while at >= 0 and len(found) < 3:
+        if at and source[at - 1] not in _WORD_BREAKS and at + 1 < len(source):  # (a final one glues nothing)
+            # the word after it starts at the backslash, or after a line continuation (``a\\<LF>b``
+            # is the word "ab" for bash; the grammar skips the continuation as a blank)
+            start = at + 2 if source[at + 1:at + 2] == b"\n" else at
+            node = root.descendant_for_byte_range(start, start + 1) \
+                if start < len(source) and source[start] not in _WORD_BREAKS else None
+            while node is not None and node.start_byte == start:
+                parent = node.parent
+                if parent is None or parent.start_byte != start:
+                    break
+                node = parent
+            if node is not None and node.start_byte == start:
+                before = node.prev_sibling
+                parent = node.parent
+                if before is not None and before.is_named and before.end_byte == at and parent is not None \
+                        and _KIND[parent.kind_id] not in _ADJACENT_PARTS:
+                    found.append(f"a backslash at character {at} that the parser reads as the start of a new "
+                                 f"word (bash: the same word goes on)")
+        at = source.find(b"\\", at + 2)
+    return tuple(found)
+
+
+def _ansi_c_misread(root: Node, source: bytes) -> tuple[str, ...]:
+    """An error for each ``$'…'`` string the parser ends at another place than bash, which
+    ends it at the first quote no backslash escapes: tree-sitter-bash read ``$'\\\\'`` as running
+    on past its quote (``echo $'\\\\'<LF>rm -rf ~<LF>echo '`` was one echo; bash runs rm)."""
+    found: list[str] = []
+    at = source.find(b"$'")
+    while at >= 0 and len(found) < 3:
+        node = root.descendant_for_byte_range(at, at + 2)
+        if node is not None and node.start_byte == at and _KIND[node.kind_id] == "ansi_c_string":
+            i, n, end = at + 2, len(source), -1
+            while i < n:
+                c = source[i]
+                if c == 92:  # a backslash: escapes what follows, a quote included
+                    i += 2
+                elif c == 39:
+                    end = i + 1
+                    break
+                else:
+                    i += 1
+            if end != node.end_byte:
+                found.append(f"a $'…' string at character {at} that the parser ends at another place than bash")
+            at = source.find(b"$'", max(node.end_byte, at + 2))
+        else:
+            at = source.find(b"$'", at + 2)
+    return tuple(found)
+
+
 def parse(text: str) -> Script:
     """The script in ``text``: pipelines of simple and compound commands, every
     substitution opened up, syntax errors listed (see the module doc)."""
@@ -931,13 +1098,27 @@ def parse(text: str) -> Script:
         # of the command, spares it. Not after a backslash, where it would join two lines.
         text += "\n"
         parsed += b"\n"
-    tree = parser().parse(parsed)
+    return read(parser().parse(parsed), parsed, text, source)
+
+
+def read(tree: tree_sitter.Tree, parsed: bytes, text: str | None, source: bytes) -> Script:
+    """The script of ``tree``, tree-sitter's parse of ``parsed`` (``text``, encoded; None:
+    every span is decoded from the bytes), with its
+    errors: those tree-sitter reports (quoting ``source``, the line as given) and every place
+    where the tree and bash part ways (the checks above; each needs a character it looks for)."""
+    root = tree.root_node
     reader = _Reader(parsed, text)
     acc = _Acc()
-    reader.container(tree.root_node, acc)
-    errors = _errors(tree.root_node, source)
+    reader.container(root, acc)
+    errors = _errors(root, source)
     if b"\r" in parsed or b"\v" in parsed or b"\f" in parsed or _ESCAPED_BLANK.search(parsed):  # _MISREAD
-        errors += _misread(tree.root_node, parsed)
-    if b"\n" in source:  # (the newline parse added ends the input: no line joined there)
-        errors += _joined(tree.root_node, parsed)
+        errors += _misread(root, parsed)
+    if b"\\" in parsed:
+        errors += _glued(root, parsed)
+    if b"\n" in parsed[:len(source)]:  # (a newline parse added ends the input: no line joined there)
+        errors += _joined(root, parsed)
+    if b"$'" in parsed:
+        errors += _ansi_c_misread(root, parsed)
+    if reader.errors:
+        errors += tuple(reader.errors)
     return acc.script(errors)
