@@ -486,3 +486,80 @@ def test_normalize_and_with_home_are_what_they_were():
     assert dl._CHECKS_WRITING.keys() | dl._CHECKS_NOT_WRITING.keys() == {p for p, _ in dl._CHECKS_BY_PROGRAM}
     for (program, writes), checks in dl._CHECKS_BY_PROGRAM.items():
         assert (dl._CHECKS_WRITING if writes else dl._CHECKS_NOT_WRITING)[program] == checks
+
+
+# --- the deny list's loop over commands: an equal command's hits again, words joined -----
+
+def _hits_before(analysis, home: str):
+    """``denylist.hits`` as it was before it yielded an equal command's hits again and told
+    writing commands by substring tests: every command judged on its own, the words
+    searched with the regex."""
+    import re
+
+    from agent_code.policy.commands import normalize
+
+    output_word = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
+    if analysis.opaque:
+        yield dl.Hit("too-deep", "commands nested too deeply to check", analysis.text[:200])
+    if analysis.fork_bomb:
+        yield dl.Hit("fork-bomb", "a fork bomb", analysis.text)
+    download = dl._download_to_shell(analysis)
+    if download is not None:
+        yield download
+    bases = dl._directories_changed_to(analysis, home)
+    for command in analysis.commands:
+        argv = command.argv
+        writes = any(op in dl.WRITE_REDIRECTIONS and target not in dl._HARMLESS_TARGETS
+                     for op, target in command.redirects) \
+            or (len(argv) > 1 and output_word.search("\n".join(argv[1:])) is not None)
+        checks = dl._compute_checks(command.program, writes)
+        if not checks:
+            continue
+        inv = normalize(argv)
+        moves = bases if command.program in dl._PATH_PROGRAMS else ()
+        for rule, check in checks:
+            reason = check(command, inv, home)
+            if reason is None:
+                for base in moves:
+                    rebased = dl._rebased(command, base)
+                    reason = check(rebased, inv, home) if rebased is not None else None
+                    if reason is not None:
+                        reason += f" (after cd {dl._unescape(base)})"
+                        break
+            if reason is not None:
+                yield dl.Hit(rule, reason, dl._shown(command))
+
+
+_REPEATS = [
+    # equal commands (their hits again), commands that differ only in a pattern, a redirection
+    # or a wrapper, and output words hidden after a newline inside a word
+    "rm -rf / ; rm -rf / ; rm -rf /", "rm -rf /; rm -rf '/'; rm -rf \"$X\"; rm -rf $X; rm -rf $X",
+    "echo x > /dev/sda; echo x > /dev/sda; echo x > /dev/null", "dd if=x of=/dev/sda; sudo dd if=x of=/dev/sda",
+    "tee /etc/passwd < x; tee /etc/passwd < x > /dev/sda", "cd / && rm -rf *; rm -rf *; cd /tmp && rm -rf *",
+    "cat x $'a\\n-o' /etc/passwd", "cat x $'a\\nof=/dev/sda'", "x $'\\n--output=/etc/shadow'", "x $'y\\n-O' /etc/hosts",
+    "x '\n--file=/etc/passwd'", "x --file=/etc/passwd; x --file=/etc/passwd", "curl -o /etc/passwd u; curl -o /etc/passwd u",
+    "x -o/boot/vmlinuz", "x -Oo /dev/sda", "sort -o /etc/passwd x", "gcc -o/usr/bin/ls x.c", "x a-o /etc/passwd",
+    "x 2>&1 > /dev/null", "x > /dev/stdout 2> /dev/sda", "x >> /etc/fstab; x >| /etc/fstab", "x &> /dev/sda",
+    "bash -c 'rm -rf /'; bash -c 'rm -rf /'", "xargs rm -rf < l; xargs rm -rf < l", "find / -delete; find / -delete",
+    "dcfldd if=x of=/etc/passwd", "cd $X && rm -f foo; rm -f foo", "cd $X && rm -rf etc; cd \"$X\" && rm -rf etc",
+    "mkfs.ext4 /dev/sda; mkfs.ext4 /dev/sda",
+]
+
+
+def test_hits_are_what_they_were(tree):
+    """Every hit (all of them, in order) of the corpus and of lines that repeat commands, by
+    ``denylist.hits`` and by the loop it replaced; and first_hit is the first of them."""
+    from agent_code.policy.commands import analyze, clear_caches
+
+    _, home = tree
+    clear_caches()
+    lines = _corpus() + _REPEATS + [" ; ".join(_REPEATS), " && ".join(_TRICKY_LINES)]
+    found = 0
+    for line in lines:
+        analysis = analyze(line)
+        for h in (str(home), "/root", ""):
+            now = list(dl.hits(analysis, h))
+            assert now == list(_hits_before(analysis, h)), line
+            assert dl.first_hit(analysis, h) == (now[0] if now else None)
+            found += len(now) > 1
+    assert found > 20  # lines with more than one hit are there

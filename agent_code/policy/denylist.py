@@ -306,6 +306,7 @@ _PROBES = ("bin", "x", "lib64", "a.b", "data")
 _SYSTEM_NAMES = frozenset(d.rsplit("/", 1)[1] for d in SYSTEM_DIRS)
 
 
+@lru_cache(maxsize=8)  # (one home per session, asked for on every word under an unknown directory)
 def _home_name(home: str) -> str:
     return normalize_path(home).rsplit("/", 1)[-1]
 
@@ -774,6 +775,8 @@ _PYTHON = re.compile(r"python\d(\.\d+)?")
 
 def _download_to_shell(analysis: Analysis) -> Hit | None:
     for stages in analysis.pipelines:
+        if len(stages) < 2:  # (most) nothing to pipe into: the loop below would find nothing
+            continue
         seen_download = False
         for stage in stages:
             if stage is None:
@@ -840,17 +843,31 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     if download is not None:
         yield download
     bases = _directories_changed_to(analysis, home)
+    # the hits of each command judged so far: a command equal to an earlier one (the same
+    # words, patterns, redirections and wrapper; a long line repeats ``wc -l``, ``grep``)
+    # breaks the same rules, as every check is a pure function of the command, its
+    # normalized words, ``home`` and ``bases`` (all fixed for the call): its hits are
+    # yielded again, not recomputed. (Nothing outlives the call.)
+    judged: dict[Command, list[Hit]] = {}
     for command in analysis.commands:
         program = command.program
         # a program whose checks do not depend on whether it writes needs no look at its words
         checks = _SAME_EITHER_WAY.get(program)
         if checks is None:
-            # whether it redirects output (not to a harmless target) or names an output file
-            redirects = command.redirects
+            # whether it redirects output (not to a harmless target) or names an output file:
+            # a word of argv[1:] starting with -o, --output, --file, of= or -O (a line of the
+            # words joined by newlines starting so: what _OUTPUT_WORD's search finds, in
+            # substring tests that cost half as much)
+            writes = False
+            for op, target in command.redirects:
+                if op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS:
+                    writes = True
+                    break
             argv = command.argv
-            writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
-                                              for op, target in redirects)) \
-                or (len(argv) > 1 and _OUTPUT_WORD.search("\n".join(argv[1:])) is not None)
+            if not writes and len(argv) > 1:
+                joined = "\n" + "\n".join(argv[1:])
+                writes = ("\n-o" in joined or "\n-O" in joined or "\n--output" in joined or "\n--file" in joined
+                          or "\nof=" in joined)
             checks = (_CHECKS_WRITING if writes else _CHECKS_NOT_WRITING).get(program)  # _CHECKS_BY_PROGRAM's
             if checks is None:
                 if not writes and _CHECKS_BY_PROGRAM is not _NO_TABLE and not program.startswith(_FORMATTER_STARTS):
@@ -858,28 +875,42 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 checks = _checks_for(program, writes)
         if not checks:
             continue
-        inv = normalize(command.argv)
-        moves = bases if program in _PATH_PROGRAMS else ()
-        rebased_under: dict[str, Command | None] = {}  # made when a check needs it
-        for rule, check in checks:
-            reason = check(command, inv, home)
-            if reason is None and moves and rule not in _SAME_UNDER_ANY_BASE:
-                for base in moves:
-                    if rule in _SAME_UNDER_AN_UNKNOWN_BASE and base.startswith(_UNKNOWN_STARTS):
-                        continue
-                    rebased = rebased_under[base] if base in rebased_under else \
-                        rebased_under.setdefault(base, _rebased(command, base))
-                    if rebased is not None:
-                        reason = check(rebased, inv, home)
-                        if reason is not None:
-                            reason += f" (after cd {_unescape(base)})"
-                            break
-            if reason is not None:
-                yield Hit(rule, reason, _shown(command))
+        known = judged.get(command)
+        if known is not None:
+            yield from known
+            continue
+        found: list[Hit] = []
+        for hit in _command_hits(command, checks, bases, home):  # (lazily: first_hit stops at one)
+            found.append(hit)
+            yield hit
+        judged[command] = found
+
+
+def _command_hits(command: Command, checks: tuple[tuple[str, CommandCheck], ...], bases: list[str],
+                  home: str | None) -> Iterator[Hit]:
+    """The hits of one command: each of ``checks``, and for a program that takes paths, each
+    again with its relative operands under each directory of ``bases`` (``cd`` targets)."""
+    inv = normalize(command.argv)
+    moves = bases if command.program in _PATH_PROGRAMS else ()
+    rebased_under: dict[str, Command | None] = {}  # made when a check needs it
+    for rule, check in checks:
+        reason = check(command, inv, home)
+        if reason is None and moves and rule not in _SAME_UNDER_ANY_BASE:
+            for base in moves:
+                if rule in _SAME_UNDER_AN_UNKNOWN_BASE and base.startswith(_UNKNOWN_STARTS):
+                    continue
+                rebased = rebased_under[base] if base in rebased_under else \
+                    rebased_under.setdefault(base, _rebased(command, base))
+                if rebased is not None:
+                    reason = check(rebased, inv, home)
+                    if reason is not None:
+                        reason += f" (after cd {_unescape(base)})"
+                        break
+        if reason is not None:
+            yield Hit(rule, reason, _shown(command))
 
 
 _HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "0", "1", "2", "-"})
-_OUTPUT_WORD = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
 _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})
