@@ -139,7 +139,12 @@ def _words(root: Path, home: Path) -> list[str]:
            "to_ag*", "to_agent/*", "src/*/up2", ".ag*", "~/.agent-code", "~/x", "~root/x", "$HOME/.gitconfig",
            "{to_agent,src}/x", "src/{a,b}", "+(x)", "print(1)", "+%Y%m%d", "a b", "s/a/b/g",
            "plus+link", "plus+link/settings.json", "paren(1)/config", "paren(1)", "+x/.git/../y", "x/.agent/../+y",
-           "a@b", "!x", "@(x)", "!(x)", "x/+(y)", "(x", "x)", ".+x", "+/.x", "a+b/.agent", "/tmp/+x", "+%s"]
+           "a@b", "!x", "@(x)", "!(x)", "x/+(y)", "(x", "x)", ".+x", "+/.x", "a+b/.agent", "/tmp/+x", "+%s",
+           # globs and expansions of relative words (their verdict in an unknown directory)
+           "*.pyc", "src/*.py", "--exclude=*.pyc", "*/.git", "x/.g*", "to_agent/*.json", "[t]o_agent/x", ".[g]it",
+           "$X", "$X/y", "a$(b)/c", "`x`/.git", "src/$X", "to_agent/$X", "x$HOME", "x/$(y)*", "*$X", "@(.git)/x",
+           "+(to_agent)", "x/!(y)", "?", "[", "x[", "-*", "$HOME/x", "$HOME/*.py", "${HOME}/x", "$PWD/x",
+           "s/VERSION = .*/VERSION = '$(cat VERSION)'"]
     absolute = [f"{root}/{w}" for w in rel[:20]] + [f"{home}/.gitconfig", "/tmp/x", "/"]
     return rel + absolute
 
@@ -147,6 +152,7 @@ def _words(root: Path, home: Path) -> list[str]:
 def _general_paths_only(monkeypatch) -> None:
     """Every shortcut of self-protection off."""
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    monkeypatch.setattr(sp, "_SKIP_REPEATS", False)
     monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
     monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
     monkeypatch.setattr(sp.Places, "root_is_plain", property(lambda self: False))
@@ -310,7 +316,7 @@ def _corpus() -> list[str]:
     from tests import test_policy_decision_table as table
     from tests import test_self_protection as selfp
 
-    lines = [*_TRICKY_LINES, command_line(2048), *PIECES, *typical_lines(2048).values()]
+    lines = [*_TRICKY_LINES, *_REPEATS, command_line(2048), *PIECES, *typical_lines(2048).values()]
     lines += [command for command, _, _ in table.TABLE]
     lines += [*selfp.DENIED_COMMANDS, *selfp.MAYBE_COMMANDS, *selfp.NOT_ALLOWED_COMMANDS, *selfp.ALLOWED_COMMANDS]
     return list(dict.fromkeys(lines))
@@ -536,13 +542,23 @@ _REPEATS = [
     "rm -rf / ; rm -rf / ; rm -rf /", "rm -rf /; rm -rf '/'; rm -rf \"$X\"; rm -rf $X; rm -rf $X",
     "echo x > /dev/sda; echo x > /dev/sda; echo x > /dev/null", "dd if=x of=/dev/sda; sudo dd if=x of=/dev/sda",
     "tee /etc/passwd < x; tee /etc/passwd < x > /dev/sda", "cd / && rm -rf *; rm -rf *; cd /tmp && rm -rf *",
-    "cat x $'a\\n-o' /etc/passwd", "cat x $'a\\nof=/dev/sda'", "x $'\\n--output=/etc/shadow'", "x $'y\\n-O' /etc/hosts",
-    "x '\n--file=/etc/passwd'", "x --file=/etc/passwd; x --file=/etc/passwd", "curl -o /etc/passwd u; curl -o /etc/passwd u",
+    "cat x $'a\\n-o' /etc/passwd", "cat x $'a\\nof=/dev/sda'", "x $'\\n--output=/etc/shadow'",
+    "x $'y\\n-O' /etc/hosts",
+    "x '\n--file=/etc/passwd'", "x --file=/etc/passwd; x --file=/etc/passwd",
+    "curl -o /etc/passwd u; curl -o /etc/passwd u",
     "x -o/boot/vmlinuz", "x -Oo /dev/sda", "sort -o /etc/passwd x", "gcc -o/usr/bin/ls x.c", "x a-o /etc/passwd",
     "x 2>&1 > /dev/null", "x > /dev/stdout 2> /dev/sda", "x >> /etc/fstab; x >| /etc/fstab", "x &> /dev/sda",
     "bash -c 'rm -rf /'; bash -c 'rm -rf /'", "xargs rm -rf < l; xargs rm -rf < l", "find / -delete; find / -delete",
     "dcfldd if=x of=/etc/passwd", "cd $X && rm -f foo; rm -f foo", "cd $X && rm -rf etc; cd \"$X\" && rm -rf etc",
     "mkfs.ext4 /dev/sda; mkfs.ext4 /dev/sda",
+    # self-protection: an equal command after a wrapper (fed by xargs) or after an ask, words
+    # of code, redirections that differ
+    "rm x; xargs rm x < l", "xargs rm x < l; rm x", "touch x; sudo touch x; xargs touch x", "cat x; xargs cat x",
+    "tee a < x; tee a < x > .git/config", "echo x > a; echo x > to_agent/y", "cd $X && touch a; touch a; touch .git",
+    "python -c 'open(\".git/config\")'; python -c 'open(\".git/config\")'",
+    "rm -rf src; rm -rf src; rm to_agent",
+    "find . -delete; find . -delete; cp -r src/ .", "cp -r to_agent/ x; cp -r to_agent/ x",
+    "ln -s .git x; ln -s .git x",
 ]
 
 

@@ -634,20 +634,29 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
     key = (word, shell.cwd, shell.dotglob)
     judged = shell.judged
-    if key in judged:
-        return judged[key]
-    verdict: tuple[Severity, str] | None = None
+    verdict = judged.get(key, _UNJUDGED)  # (one lookup: a verdict may be None)
+    if verdict is not _UNJUDGED:
+        return verdict
+    verdict = None
     if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
         every = shell.every_cwd
         if every is None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
         if _is_plain(word):  # nothing for the shell to expand (most words): the short way
+            # one name (no "/", not "", "." or a dot name): in the root it is _protected_name's
+            # word; in an unknown directory _judge_plain finds no dot component in it and it
+            # is relative, so it is that ask. (The second shortcut needs no plain root but
+            # is taken with the first: test_policy_fastpaths' general run, which makes
+            # root_is_plain false, compares both with _judge_plain.)
+            places = shell.places
+            one_name = "/" not in word and word[:1] not in ("", ".") and places.root_is_plain
             for cwd in every:
                 found: tuple[Severity, str] | None
-                if cwd is shell.places.root and "/" not in word and word[:1] not in ("", ".") \
-                        and shell.places.root_is_plain:  # (what _judge_plain and protected_path come to)
-                    what = _protected_name(word, shell.places, shell.real)
+                if cwd is places.root and one_name:  # (what _judge_plain and protected_path come to)
+                    what = _protected_name(word, places, shell.real)
                     found = ("deny", what) if what else None
+                elif cwd is None and one_name:
+                    found = _after_unknown_cd(word)
                 else:
                     found = _judge_plain(word, shell, cwd)
                 if found is not None and found[0] == "deny":
@@ -655,9 +664,20 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
                     break
                 verdict = verdict or found
         else:
+            # a relative word with no brace, "~" or "$" at its start (its text is the same in
+            # every directory), in an unknown directory after a known one: _judge_one's steps
+            # that do not read the directory (a protected name, extglob or glob) found no deny
+            # in the known one, and those that do find nothing in an unknown one, so it ends
+            # in one of these two asks. (root_is_plain plays no part but is the switch that
+            # test_policy_fastpaths' general run turns off, to compare this with _judge_one.)
+            relative = word[:1] not in ("/", "~", "$") and "{" not in word and shell.places.root_is_plain
             saved = shell.cwd
             try:
                 for cwd in every:
+                    if cwd is None and relative and every[0] is not None:
+                        found = _computed(word) if "$" in word or "`" in word else _after_unknown_cd(word)
+                        verdict = verdict or found
+                        continue
                     shell.cwd = cwd
                     found = _judge_word(word, shell)
                     if found is not None and found[0] == "deny":
@@ -672,6 +692,9 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         verdict = _judge_word(word, shell)
     judged[key] = verdict
     return verdict
+
+
+_UNJUDGED: Any = object()
 
 
 def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -720,9 +743,17 @@ def _judge_plain(word: str, shell: _Shell, cwd: Path | None) -> tuple[Severity, 
         if what is not None:
             return "deny", what
     if not word.startswith("/"):
-        return "ask", f"a relative path after a cd that cannot be followed ({word})"
+        return _after_unknown_cd(word)
     what = protected_path(word, shell.places, None, shell.real)
     return ("deny", what) if what else None
+
+
+def _after_unknown_cd(word: str) -> tuple[Severity, str]:
+    return "ask", f"a relative path after a cd that cannot be followed ({word})"
+
+
+def _computed(word: str) -> tuple[Severity, str]:
+    return "ask", f"a path the shell computes ({word})"
 
 
 def _has_glob(part: str) -> bool:
@@ -790,10 +821,10 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
                     else None)
             if what is not None:
                 return "deny", what
-        return "ask", f"a path the shell computes ({word})"
+        return _computed(word)
     absolute = text.startswith("/")  # os.path.isabs
     if not absolute and shell.cwd is None:
-        return "ask", f"a relative path after a cd that cannot be followed ({word})"
+        return _after_unknown_cd(word)
     first_glob = globs.index(True) if True in globs else len(parts)
     concrete = "/".join(parts[:first_glob])
     if absolute and not concrete.startswith("/"):
@@ -1095,24 +1126,37 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         shell.temp = temp if os.path.isabs(temp) else None
     maybe: Finding | None = accepting
 
-    def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
+    def note(verdict: tuple[Severity, str] | None, c: Command, detail: str | None = None) -> Finding | None:
+        """A deny finding for ``verdict`` (``detail``: default the command shown), or None,
+        an ask kept in ``maybe`` when it is the first (the detail made only when needed)."""
         nonlocal maybe
         if verdict is None:
             return None
-        finding = Finding(verdict[0], verdict[1], detail)
-        if finding.severity == "deny":
-            return finding
-        maybe = maybe or finding
+        if verdict[0] == "deny":
+            return Finding("deny", verdict[1], _shown(c) if detail is None else detail)
+        if maybe is None:
+            maybe = Finding(verdict[0], verdict[1], _shown(c) if detail is None else detail)
         return None
 
     commands = analysis.commands
+    # Commands met before: an equal command (the same words and redirections, no wrapper,
+    # and no wrapper before it, so not fed by xargs: the two things of its place in the line
+    # the steps below read, in _own_argv and _fed_by_xargs) is judged the same in the same
+    # shell, so it adds nothing: a deny would have returned at the first, and an ask of it
+    # is already in ``maybe`` (which only the first ask sets).
+    seen: set[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = set()
     for index, c in enumerate(commands):
+        if _SKIP_REPEATS and c.wrapper is None and not (index and commands[index - 1].wrapper is not None):
+            key = (c.argv, c.redirects)
+            if key in seen:
+                continue
+            seen.add(key)
         for op, target in c.redirects:
             if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
                 continue
             verdict = judge_word(target, shell)
             if verdict is not None:  # (the detail is made only for a verdict)
-                found = note(verdict, f"{op} {target}")
+                found = note(verdict, c, f"{op} {target}")
                 if found:
                     return found
         argv = c.argv if c.wrapper is None else _own_argv(commands, index)
@@ -1129,7 +1173,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             continue
         if program in _ONLY_READERS:  # (most commands) what the steps below come to for them
             for target in _output_options(argv):
-                found = note(judge_word(target, shell), _shown(c))
+                found = note(judge_word(target, shell), c)
                 if found:
                     return found
             continue
@@ -1152,15 +1196,15 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
                   or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
         if writer and _fed_by_xargs(commands, index):
-            note(("ask", "the files named in its input (xargs)"), _shown(c))
+            note(("ask", "the files named in its input (xargs)"), c)
         if program in ("ln", "link") or (program == "cp" and "-s" in argv):
             targets = list(normalize(argv).operands)  # a link's target too: it is written through later
         if program == "find" and _find_deletes_broadly(argv):
-            note(("ask", "any file below where find starts (find -delete)"), _shown(c))
+            note(("ask", "any file below where find starts (find -delete)"), c)
         for target in targets:
             verdict = judge_word(target, shell)
             if verdict is not None:
-                found = note(verdict, _shown(c))
+                found = note(verdict, c)
                 if found:
                     return found
         if _is_reader(argv, program):
@@ -1186,6 +1230,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
 
 
 _SETS_TEMP = re.compile(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b")
+_SKIP_REPEATS = True  # check_command's skip of equal commands (test_policy_fastpaths turns it off)
 
 
 def _shown(c: Command) -> str:
