@@ -624,6 +624,7 @@ class _Shell:
     cwds: tuple[Path, ...] = ()     # every directory the line may be in (``cd``); () = (cwd,)
     cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
+    concrete: dict[tuple[str, Path | None], str | None] = field(default_factory=dict)  # _judge_one's protected_path
     judged: dict[tuple[str, Path | None, bool], tuple[Severity, str] | None] = field(default_factory=dict)
     temp: str | None = None         # where $TMPDIR points, when the line does not set it
     every_cwd: tuple[Path | None, ...] | None = None  # cwds, then None when one is unknown (made once)
@@ -797,15 +798,28 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             text = _PWD_VAR.sub(lambda _: str(shell.cwd), text)
     parts = text.split("/")
     # per component, what the shell may do with it: expand ($, `: _EXPANSION), glob
-    # (_GLOB_CHARS), extglob (_EXTGLOB, which needs a "(") — substring tests, computed once
-    expands = ["$" in p or "`" in p for p in parts]
-    globs = [_has_glob(p) for p in parts]
-    extglobs = ["(" in p and _EXTGLOB.search(p) is not None for p in parts]
-    literal = [p for p, e, g, x in zip(parts, expands, globs, extglobs) if not (e or g or x)]
+    # (_GLOB_CHARS), extglob (_EXTGLOB, which needs a "(") — substring tests, in one pass: the
+    # literal components, the others with what each may do, and the first to expand or glob
+    literal: list[str] = []
+    special: list[tuple[str, bool, bool, bool]] = []
+    end = len(parts)
+    first_expand = first_glob = end
+    for i, p in enumerate(parts):
+        e = "$" in p or "`" in p
+        g = "*" in p or "?" in p or "[" in p  # _has_glob
+        x = "(" in p and _EXTGLOB.search(p) is not None
+        if not (e or g or x):
+            literal.append(p)
+            continue
+        special.append((p, e, g, x))
+        if e and first_expand == end:
+            first_expand = i
+        if g and first_glob == end:
+            first_glob = i
     what = _named(literal)
     if what is not None:
         return "deny", what
-    for part, e, g, x in zip(parts, expands, globs, extglobs):
+    for part, e, g, x in special:
         if x:
             if shell.dotglob or part.startswith(".") or _AGENT_OR_GIT.search(part):
                 return "deny", "a protected place the pattern may match"
@@ -813,9 +827,8 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             what = _glob_names(part, shell.dotglob)
             if what is not None:
                 return "deny", what
-    if True in expands:
-        i = expands.index(True)
-        prefix = "/".join(parts[:i])
+    if first_expand < end:
+        prefix = "/".join(parts[:first_expand])
         if prefix and not _has_glob(prefix):
             what = (protected_path(prefix, places, shell.cwd, shell.real) if shell.cwd or os.path.isabs(prefix)
                     else None)
@@ -825,11 +838,16 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     absolute = text.startswith("/")  # os.path.isabs
     if not absolute and shell.cwd is None:
         return _after_unknown_cd(word)
-    first_glob = globs.index(True) if True in globs else len(parts)
     concrete = "/".join(parts[:first_glob])
     if absolute and not concrete.startswith("/"):
         concrete = "/" + concrete
-    what = protected_path(concrete or ".", places, shell.cwd, shell.real)
+    concrete = concrete or "."
+    # (the same concrete part recurs: "." for every *.x, src for src/*.py …; per check and
+    # directory, as shell.real keeps what the file system showed)
+    key = (concrete, shell.cwd)
+    what = shell.concrete.get(key, _UNJUDGED)
+    if what is _UNJUDGED:
+        what = shell.concrete[key] = protected_path(concrete, places, shell.cwd, shell.real)
     return ("deny", what) if what else None
 
 
