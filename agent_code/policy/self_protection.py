@@ -1157,18 +1157,8 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         return None
 
     commands = analysis.commands
-    # Commands met before: an equal command (the same words and redirections, no wrapper,
-    # and no wrapper before it, so not fed by xargs: the two things of its place in the line
-    # the steps below read, in _own_argv and _fed_by_xargs) is judged the same in the same
-    # shell, so it adds nothing: a deny would have returned at the first, and an ask of it
-    # is already in ``maybe`` (which only the first ask sets).
-    seen: set[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = set()
+    seen: set[tuple[str, ...]] = set()  # the words of the commands judged below
     for index, c in enumerate(commands):
-        if _SKIP_REPEATS and c.wrapper is None and not (index and commands[index - 1].wrapper is not None):
-            key = (c.argv, c.redirects)
-            if key in seen:
-                continue
-            seen.add(key)
         for op, target in c.redirects:
             if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
                 continue
@@ -1195,6 +1185,14 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
                 if found:
                     return found
             continue
+        # Words met before (in a command with no wrapper before it, so not fed by xargs: the
+        # one thing of its place in the line the steps below read): they are judged the same
+        # in the same shell, so they add nothing: a deny would have returned the first time,
+        # and an ask of theirs is already in ``maybe`` (which only the first ask sets).
+        if _SKIP_REPEATS and not (index and commands[index - 1].wrapper is not None):
+            if argv in seen:
+                continue
+            seen.add(argv)
         if program == "git" and _git_config_writes(argv) == "":
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
                            _shown(c))
