@@ -579,3 +579,19 @@ def test_hits_are_what_they_were(tree):
             assert dl.first_hit(analysis, h) == (now[0] if now else None)
             found += len(now) > 1
     assert found > 20  # lines with more than one hit are there
+
+
+def test_a_trailing_slash_is_judged_as_normpath_drops_it(tree):
+    """``protected_path("src/")`` takes ``root/src`` without normpath: the same answer as
+    ``src/.``, which still goes through normpath (and so did ``src/`` before)."""
+    root, home = tree
+    places = sp.Places.of(root, home)
+    words = [w for w in _words(root, home) if "//" not in w and "/." not in w and not w.startswith(".")]
+    words += ["src", "to_agent", "to_settings", "abs_to_git", "src/up_to_git", "dangling", "loop1", "file.txt",
+              str(root), str(home), f"{home}/.config", "/", "/tmp", "-q"]
+    assert len(words) > 60
+    for cwd in (None, places.root, root / "src", Path("/")):
+        for w in words:
+            cache: dict[str, str] = {}
+            assert sp.protected_path(w + "/", places, cwd, cache) == sp.protected_path(w + "/.", places, cwd, {}), w
+    assert sp.protected_path("to_agent/", places) is not None

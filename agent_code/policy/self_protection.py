@@ -438,9 +438,14 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
         base = places.root_text if cwd is None or cwd is places.root else str(cwd)
         joined = base + "/" + path
     root = places.root_text
-    # the usual word: no empty, "." or ".." component and no trailing "/", so normpath would
-    # return it as it is; and with no component starting with a dot it holds no protected name
-    plain = joined.startswith("/") and not ("//" in joined or "/." in joined or joined.endswith("/"))
+    # the usual word: no empty, "." or ".." component, so normpath would return it as it is
+    # (but for a trailing "/", here the only one, which it drops: src/); and with no component
+    # starting with a dot it holds no protected name
+    plain = joined.startswith("/") and not ("//" in joined or "/." in joined)
+    if plain and joined.endswith("/"):
+        plain = joined != "/"
+        if plain:
+            joined = joined[:-1]
     if plain:
         lexical = joined
     else:
@@ -490,8 +495,11 @@ def _protected_name(name: str, places: Places, cache: dict[str, str]) -> str | N
             cache[lexical] = physical
         except (OSError, ValueError):
             physical = lexical
-    forms: tuple[str, ...] = (lexical,)
-    if physical != lexical:
+    if physical == lexical:  # (most words: not a link)
+        if not lexical.casefold().startswith(places.folded_starts):
+            return None  # under no place: what the loop below finds for it
+        forms: tuple[str, ...] = (lexical,)
+    else:
         what = _named_below(physical, root, places.root_slash)
         if what is not None:
             return what
@@ -650,10 +658,11 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             # is taken with the first: test_policy_fastpaths' general run, which makes
             # root_is_plain false, compares both with _judge_plain.)
             places = shell.places
+            root = places.root
             one_name = "/" not in word and word[:1] not in ("", ".") and places.root_is_plain
             for cwd in every:
                 found: tuple[Severity, str] | None
-                if cwd is places.root and one_name:  # (what _judge_plain and protected_path come to)
+                if cwd is root and one_name:  # (what _judge_plain and protected_path come to)
                     what = _protected_name(word, places, shell.real)
                     found = ("deny", what) if what else None
                 elif cwd is None and one_name:
