@@ -633,7 +633,7 @@ class _Shell:
     cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
     concrete: dict[tuple[str, Path | None], str | None] = field(default_factory=dict)  # _judge_one's protected_path
-    judged: dict[tuple[str, Path | None, bool], tuple[Severity, str] | None] = field(default_factory=dict)
+    judged: dict[tuple[Any, ...], tuple[Severity, str] | None] = field(default_factory=dict)  # see judge_word
     temp: str | None = None         # where $TMPDIR points, when the line does not set it
     every_cwd: tuple[Path | None, ...] | None = None  # cwds, then None when one is unknown (made once)
 
@@ -641,7 +641,9 @@ class _Shell:
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
-    key = (word, shell.cwd, shell.dotglob)
+    here = shell.cwd
+    # (in the root, the usual directory, without it: a Path's hash is a Python-level call)
+    key = (word, shell.dotglob) if here is shell.places.root else (word, here, shell.dotglob)
     judged = shell.judged
     verdict = judged.get(key, _UNJUDGED)  # (one lookup: a verdict may be None)
     if verdict is not _UNJUDGED:
