@@ -139,7 +139,12 @@ def _words(root: Path, home: Path) -> list[str]:
            "to_ag*", "to_agent/*", "src/*/up2", ".ag*", "~/.agent-code", "~/x", "~root/x", "$HOME/.gitconfig",
            "{to_agent,src}/x", "src/{a,b}", "+(x)", "print(1)", "+%Y%m%d", "a b", "s/a/b/g",
            "plus+link", "plus+link/settings.json", "paren(1)/config", "paren(1)", "+x/.git/../y", "x/.agent/../+y",
-           "a@b", "!x", "@(x)", "!(x)", "x/+(y)", "(x", "x)", ".+x", "+/.x", "a+b/.agent", "/tmp/+x", "+%s"]
+           "a@b", "!x", "@(x)", "!(x)", "x/+(y)", "(x", "x)", ".+x", "+/.x", "a+b/.agent", "/tmp/+x", "+%s",
+           # globs and expansions of relative words (their verdict in an unknown directory)
+           "*.pyc", "src/*.py", "--exclude=*.pyc", "*/.git", "x/.g*", "to_agent/*.json", "[t]o_agent/x", ".[g]it",
+           "$X", "$X/y", "a$(b)/c", "`x`/.git", "src/$X", "to_agent/$X", "x$HOME", "x/$(y)*", "*$X", "@(.git)/x",
+           "+(to_agent)", "x/!(y)", "?", "[", "x[", "-*", "$HOME/x", "$HOME/*.py", "${HOME}/x", "$PWD/x",
+           "s/VERSION = .*/VERSION = '$(cat VERSION)'"]
     absolute = [f"{root}/{w}" for w in rel[:20]] + [f"{home}/.gitconfig", "/tmp/x", "/"]
     return rel + absolute
 
@@ -147,6 +152,7 @@ def _words(root: Path, home: Path) -> list[str]:
 def _general_paths_only(monkeypatch) -> None:
     """Every shortcut of self-protection off."""
     monkeypatch.setattr(sp, "_ACCESS_NOFOLLOW", False)
+    monkeypatch.setattr(sp, "_SKIP_REPEATS", False)
     monkeypatch.setattr(sp, "_is_plain", lambda word: sp._PLAIN.fullmatch(word) is not None)
     monkeypatch.setattr(sp, "_ONLY_READERS", frozenset())
     monkeypatch.setattr(sp.Places, "root_is_plain", property(lambda self: False))
@@ -310,7 +316,7 @@ def _corpus() -> list[str]:
     from tests import test_policy_decision_table as table
     from tests import test_self_protection as selfp
 
-    lines = [*_TRICKY_LINES, command_line(2048), *PIECES, *typical_lines(2048).values()]
+    lines = [*_TRICKY_LINES, *_REPEATS, command_line(2048), *PIECES, *typical_lines(2048).values()]
     lines += [command for command, _, _ in table.TABLE]
     lines += [*selfp.DENIED_COMMANDS, *selfp.MAYBE_COMMANDS, *selfp.NOT_ALLOWED_COMMANDS, *selfp.ALLOWED_COMMANDS]
     return list(dict.fromkeys(lines))
@@ -486,3 +492,106 @@ def test_normalize_and_with_home_are_what_they_were():
     assert dl._CHECKS_WRITING.keys() | dl._CHECKS_NOT_WRITING.keys() == {p for p, _ in dl._CHECKS_BY_PROGRAM}
     for (program, writes), checks in dl._CHECKS_BY_PROGRAM.items():
         assert (dl._CHECKS_WRITING if writes else dl._CHECKS_NOT_WRITING)[program] == checks
+
+
+# --- the deny list's loop over commands: an equal command's hits again, words joined -----
+
+def _hits_before(analysis, home: str):
+    """``denylist.hits`` as it was before it yielded an equal command's hits again and told
+    writing commands by substring tests: every command judged on its own, the words
+    searched with the regex."""
+    import re
+
+    from agent_code.policy.commands import normalize
+
+    output_word = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
+    if analysis.opaque:
+        yield dl.Hit("too-deep", "commands nested too deeply to check", analysis.text[:200])
+    if analysis.fork_bomb:
+        yield dl.Hit("fork-bomb", "a fork bomb", analysis.text)
+    download = dl._download_to_shell(analysis)
+    if download is not None:
+        yield download
+    bases = dl._directories_changed_to(analysis, home)
+    for command in analysis.commands:
+        argv = command.argv
+        writes = any(op in dl.WRITE_REDIRECTIONS and target not in dl._HARMLESS_TARGETS
+                     for op, target in command.redirects) \
+            or (len(argv) > 1 and output_word.search("\n".join(argv[1:])) is not None)
+        checks = dl._compute_checks(command.program, writes)
+        if not checks:
+            continue
+        inv = normalize(argv)
+        moves = bases if command.program in dl._PATH_PROGRAMS else ()
+        for rule, check in checks:
+            reason = check(command, inv, home)
+            if reason is None:
+                for base in moves:
+                    rebased = dl._rebased(command, base)
+                    reason = check(rebased, inv, home) if rebased is not None else None
+                    if reason is not None:
+                        reason += f" (after cd {dl._unescape(base)})"
+                        break
+            if reason is not None:
+                yield dl.Hit(rule, reason, dl._shown(command))
+
+
+_REPEATS = [
+    # equal commands (their hits again), commands that differ only in a pattern, a redirection
+    # or a wrapper, and output words hidden after a newline inside a word
+    "rm -rf / ; rm -rf / ; rm -rf /", "rm -rf /; rm -rf '/'; rm -rf \"$X\"; rm -rf $X; rm -rf $X",
+    "echo x > /dev/sda; echo x > /dev/sda; echo x > /dev/null", "dd if=x of=/dev/sda; sudo dd if=x of=/dev/sda",
+    "tee /etc/passwd < x; tee /etc/passwd < x > /dev/sda", "cd / && rm -rf *; rm -rf *; cd /tmp && rm -rf *",
+    "cat x $'a\\n-o' /etc/passwd", "cat x $'a\\nof=/dev/sda'", "x $'\\n--output=/etc/shadow'",
+    "x $'y\\n-O' /etc/hosts",
+    "x '\n--file=/etc/passwd'", "x --file=/etc/passwd; x --file=/etc/passwd",
+    "curl -o /etc/passwd u; curl -o /etc/passwd u",
+    "x -o/boot/vmlinuz", "x -Oo /dev/sda", "sort -o /etc/passwd x", "gcc -o/usr/bin/ls x.c", "x a-o /etc/passwd",
+    "x 2>&1 > /dev/null", "x > /dev/stdout 2> /dev/sda", "x >> /etc/fstab; x >| /etc/fstab", "x &> /dev/sda",
+    "bash -c 'rm -rf /'; bash -c 'rm -rf /'", "xargs rm -rf < l; xargs rm -rf < l", "find / -delete; find / -delete",
+    "dcfldd if=x of=/etc/passwd", "cd $X && rm -f foo; rm -f foo", "cd $X && rm -rf etc; cd \"$X\" && rm -rf etc",
+    "mkfs.ext4 /dev/sda; mkfs.ext4 /dev/sda",
+    # self-protection: an equal command after a wrapper (fed by xargs) or after an ask, words
+    # of code, redirections that differ
+    "rm x; xargs rm x < l", "xargs rm x < l; rm x", "touch x; sudo touch x; xargs touch x", "cat x; xargs cat x",
+    "tee a < x; tee a < x > .git/config", "echo x > a; echo x > to_agent/y", "cd $X && touch a; touch a; touch .git",
+    "python -c 'open(\".git/config\")'; python -c 'open(\".git/config\")'",
+    "rm -rf src; rm -rf src; rm to_agent",
+    "find . -delete; find . -delete; cp -r src/ .", "cp -r to_agent/ x; cp -r to_agent/ x",
+    "ln -s .git x; ln -s .git x",
+]
+
+
+def test_hits_are_what_they_were(tree):
+    """Every hit (all of them, in order) of the corpus and of lines that repeat commands, by
+    ``denylist.hits`` and by the loop it replaced; and first_hit is the first of them."""
+    from agent_code.policy.commands import analyze, clear_caches
+
+    _, home = tree
+    clear_caches()
+    lines = _corpus() + _REPEATS + [" ; ".join(_REPEATS), " && ".join(_TRICKY_LINES)]
+    found = 0
+    for line in lines:
+        analysis = analyze(line)
+        for h in (str(home), "/root", ""):
+            now = list(dl.hits(analysis, h))
+            assert now == list(_hits_before(analysis, h)), line
+            assert dl.first_hit(analysis, h) == (now[0] if now else None)
+            found += len(now) > 1
+    assert found > 20  # lines with more than one hit are there
+
+
+def test_a_trailing_slash_is_judged_as_normpath_drops_it(tree):
+    """``protected_path("src/")`` takes ``root/src`` without normpath: the same answer as
+    ``src/.``, which still goes through normpath (and so did ``src/`` before)."""
+    root, home = tree
+    places = sp.Places.of(root, home)
+    words = [w for w in _words(root, home) if "//" not in w and "/." not in w and not w.startswith(".")]
+    words += ["src", "to_agent", "to_settings", "abs_to_git", "src/up_to_git", "dangling", "loop1", "file.txt",
+              str(root), str(home), f"{home}/.config", "/", "/tmp", "-q"]
+    assert len(words) > 60
+    for cwd in (None, places.root, root / "src", Path("/")):
+        for w in words:
+            cache: dict[str, str] = {}
+            assert sp.protected_path(w + "/", places, cwd, cache) == sp.protected_path(w + "/.", places, cwd, {}), w
+    assert sp.protected_path("to_agent/", places) is not None

@@ -131,6 +131,36 @@ class Hit:
     command: str
 
 
+class Words:
+    """``normalize(argv)`` as the checks read it (their ``inv``), made when one first reads
+    more than ``program``: most checks of most commands read nothing else (``sort``,
+    ``echo x > f``: not the program they look for). ``program`` is what normalize gives
+    (``program_name(argv[0])``); ``flags``, ``operands`` and ``has_flag`` are normalize's own."""
+
+    __slots__ = ("argv", "program", "_invocation")
+
+    def __init__(self, argv: tuple[str, ...]) -> None:
+        self.argv = argv
+        self.program = program_name(argv[0]) if argv else ""
+        self._invocation: Invocation | None = None
+
+    def invocation(self) -> Invocation:
+        if self._invocation is None:
+            self._invocation = normalize(self.argv)
+        return self._invocation
+
+    @property
+    def flags(self) -> tuple[tuple[str, str | None], ...]:
+        return self.invocation().flags
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        return self.invocation().operands
+
+    def has_flag(self, name: str) -> bool:
+        return self.invocation().has_flag(name)
+
+
 # --- what a word may name -------------------------------------------------------------
 
 def _with_home(path: str, home: str | None) -> str:
@@ -306,6 +336,7 @@ _PROBES = ("bin", "x", "lib64", "a.b", "data")
 _SYSTEM_NAMES = frozenset(d.rsplit("/", 1)[1] for d in SYSTEM_DIRS)
 
 
+@lru_cache(maxsize=8)  # (one home per session, asked for on every word under an unknown directory)
 def _home_name(home: str) -> str:
     return normalize_path(home).rsplit("/", 1)[-1]
 
@@ -402,7 +433,7 @@ def _splits(pattern: str) -> bool:
     return pattern.startswith(UNKNOWN)
 
 
-def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _rm_protected(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program not in ("rm", "rimraf"):
         return None
     shape = normalize(_patterns(c), paths=False)
@@ -417,7 +448,7 @@ def _rm_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
-def _sync_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _sync_delete(c: Command, inv: Words, home: str | None) -> str | None:
     """``rsync --delete SRC /``: deletes whatever in the destination is not in the source."""
     if inv.program != "rsync" or not any(n.startswith(("--delete", "--del", "--remove-source-files"))
                                          for n, _ in inv.flags):
@@ -428,7 +459,7 @@ def _sync_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
-def _find_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _find_delete(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program != "find":
         return None
     destructive = {"rm", "shred", "unlink", "rmdir", "chmod", "chown", "chgrp", "truncate", "mv", "dd", "srm"}
@@ -451,7 +482,7 @@ def _find_delete(c: Command, inv: Invocation, home: str | None) -> str | None:
 _OPTIMIZE_FLAG = re.compile(r"-O\d")
 
 
-def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _chmod_protected(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program not in ("chmod", "chown", "chgrp", "chattr", "setfacl", "chcon"):
         return None
     shape = normalize(_patterns(c), paths=False)
@@ -473,7 +504,7 @@ def _chmod_protected(c: Command, inv: Invocation, home: str | None) -> str | Non
 _MODE_FLAG = re.compile(r"-[rwxXst]")
 
 
-def _move_protected(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _move_protected(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program != "mv":
         return None
     argv = normalize(_patterns(c), paths=False)
@@ -490,7 +521,7 @@ def _move_protected(c: Command, inv: Invocation, home: str | None) -> str | None
     return None
 
 
-def _format_disk(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _format_disk(c: Command, inv: Words, home: str | None) -> str | None:
     if FORMATTERS.match(inv.program):
         return f"formatting or wiping a disk ({inv.program})"
     if inv.program in DISK_TOOLS:
@@ -538,7 +569,7 @@ _DEVICE_OPERAND_PROGRAMS = frozenset({"tee", "shred", "truncate", "badblocks", "
                                       "cp", "mv", "install", "rsync", "ddrescue", "cat", "pv"})
 
 
-def _write_device(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _write_device(c: Command, inv: Words, home: str | None) -> str | None:
     for op, target in c.redirects:
         if op in WRITE_REDIRECTIONS and _is_device(target):
             return f"writing to the device {target}"
@@ -583,24 +614,24 @@ def _kernel_path(path: str) -> bool:
 _KERNEL_EXACT = frozenset(k.rstrip("/") for k in KERNEL_FILES)
 
 
-def _written_files(c: Command, inv: Invocation) -> list[str]:
+def _written_files(c: Command, inv: Words) -> list[str]:
     """Files the command writes, truncates or removes (its redirections, and the
     destinations of the usual writers)."""
     out = [t for op, t in c.redirects if op in WRITE_REDIRECTIONS and not (op == ">&" and (t.isdigit() or t == "-"))] \
         if c.redirects else []
-    operands = inv.operands
     if inv.program in ("tee", "truncate", "shred", "sponge", "unlink", "rm"):
-        out += operands
-    elif inv.program in ("cp", "mv", "install", "rsync", "ln", "scp") and len(operands) >= 2:
+        out += inv.operands
+    elif inv.program in ("cp", "mv", "install", "rsync", "ln", "scp") and len(inv.operands) >= 2:
+        operands = inv.operands
         out.append(operands[-1])
         if inv.program == "mv":
             out += operands[:-1]
     elif inv.program in ("dd", "dcfldd"):
         out += [w[3:] for w in c.argv[1:] if w.startswith("of=")]
     elif inv.program in ("sed", "perl") and any(n in ("-i", "--in-place") or n.startswith("-i") for n, _ in inv.flags):
-        out += operands[1:]
+        out += inv.operands[1:]
     elif inv.program == "patch":
-        out += operands[:1]
+        out += inv.operands[:1]
     # -o FILE / --output=FILE (sort, gcc, curl, tar -f …): each such word starts with -o, -O,
     # --output or --file=, which one search of the words joined shows (most have none)
     joined = "\x00" + "\x00".join(c.argv[1:])
@@ -623,11 +654,11 @@ def _written_files(c: Command, inv: Invocation) -> list[str]:
 _TAR_WRITES = re.compile(r"[cru]")
 
 
-def _system_file(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _system_file(c: Command, inv: Words, home: str | None) -> str | None:
     if c.patterns and c.patterns != c.argv:  # operands as the deny list sees them (after a cd, rebased)
         seen = tuple([_unescape(p) for p in c.patterns])
         if seen != c.argv:
-            inv = normalize(seen)
+            inv = Words(seen)
     for path in _written_files(c, inv):
         if _system_path(path):
             return f"writing or removing the system file {path}"
@@ -650,7 +681,7 @@ POWER_TARGETS = re.compile(r"^(reboot|poweroff|halt|kexec|soft-reboot|suspend|hi
                            r"(\.target)?$")
 
 
-def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _power(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program in POWER_PROGRAMS:
         return f"{inv.program} of the machine"
     if inv.program in ("init", "telinit") and inv.operands[:1] in (("0",), ("6",), ("1",), ("s",), ("S",)):
@@ -674,7 +705,7 @@ def _power(c: Command, inv: Invocation, home: str | None) -> str | None:
     return None
 
 
-def _kernel(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _kernel(c: Command, inv: Words, home: str | None) -> str | None:
     if inv.program in KERNEL_PROGRAMS:
         return f"{inv.program}: loading, removing or replacing kernel code"
     if inv.program == "modprobe" and not any(n in ("-n", "--dry-run", "-c", "--showconfig", "-D",
@@ -715,7 +746,7 @@ def tar_extracts(argv: tuple[str, ...]) -> bool:
 _EXTRACT_FLAG = re.compile(r"^-[A-Za-z]*x")
 
 
-def _overwrite_root(c: Command, inv: Invocation, home: str | None) -> str | None:
+def _overwrite_root(c: Command, inv: Words, home: str | None) -> str | None:
     """Unpacking or copying a tree over ``/`` or a system directory (``tar xf x.tar -C /``,
     ``unzip -o x.zip -d /``, ``cp -r x/. /``): every file it holds replaces the system's."""
     argv = c.argv
@@ -741,7 +772,7 @@ def _overwrite_root(c: Command, inv: Invocation, home: str | None) -> str | None
     return None
 
 
-CommandCheck = Callable[[Command, Invocation, "str | None"], "str | None"]
+CommandCheck = Callable[[Command, Words, "str | None"], "str | None"]
 COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("rm-protected", _rm_protected),
     ("find-delete", _find_delete),
@@ -774,6 +805,8 @@ _PYTHON = re.compile(r"python\d(\.\d+)?")
 
 def _download_to_shell(analysis: Analysis) -> Hit | None:
     for stages in analysis.pipelines:
+        if len(stages) < 2:  # (most) nothing to pipe into: the loop below would find nothing
+            continue
         seen_download = False
         for stage in stages:
             if stage is None:
@@ -840,17 +873,31 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
     if download is not None:
         yield download
     bases = _directories_changed_to(analysis, home)
+    # the hits of each command judged so far: a command equal to an earlier one (the same
+    # words, patterns, redirections and wrapper; a long line repeats ``wc -l``, ``grep``)
+    # breaks the same rules, as every check is a pure function of the command, its
+    # normalized words, ``home`` and ``bases`` (all fixed for the call): its hits are
+    # yielded again, not recomputed. (Nothing outlives the call.)
+    judged: dict[Command, list[Hit]] = {}
     for command in analysis.commands:
         program = command.program
         # a program whose checks do not depend on whether it writes needs no look at its words
         checks = _SAME_EITHER_WAY.get(program)
         if checks is None:
-            # whether it redirects output (not to a harmless target) or names an output file
-            redirects = command.redirects
+            # whether it redirects output (not to a harmless target) or names an output file:
+            # a word of argv[1:] starting with -o, --output, --file, of= or -O (a line of the
+            # words joined by newlines starting so: what _OUTPUT_WORD's search finds, in
+            # substring tests that cost half as much)
+            writes = False
+            for op, target in command.redirects:
+                if op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS:
+                    writes = True
+                    break
             argv = command.argv
-            writes = (bool(redirects) and any(op in WRITE_REDIRECTIONS and target not in _HARMLESS_TARGETS
-                                              for op, target in redirects)) \
-                or (len(argv) > 1 and _OUTPUT_WORD.search("\n".join(argv[1:])) is not None)
+            if not writes and len(argv) > 1:
+                joined = "\n" + "\n".join(argv[1:])
+                writes = ("\n-o" in joined or "\n-O" in joined or "\n--output" in joined or "\n--file" in joined
+                          or "\nof=" in joined)
             checks = (_CHECKS_WRITING if writes else _CHECKS_NOT_WRITING).get(program)  # _CHECKS_BY_PROGRAM's
             if checks is None:
                 if not writes and _CHECKS_BY_PROGRAM is not _NO_TABLE and not program.startswith(_FORMATTER_STARTS):
@@ -858,28 +905,42 @@ def hits(analysis: Analysis, home: str | None = None) -> Iterator[Hit]:
                 checks = _checks_for(program, writes)
         if not checks:
             continue
-        inv = normalize(command.argv)
-        moves = bases if program in _PATH_PROGRAMS else ()
-        rebased_under: dict[str, Command | None] = {}  # made when a check needs it
-        for rule, check in checks:
-            reason = check(command, inv, home)
-            if reason is None and moves and rule not in _SAME_UNDER_ANY_BASE:
-                for base in moves:
-                    if rule in _SAME_UNDER_AN_UNKNOWN_BASE and base.startswith(_UNKNOWN_STARTS):
-                        continue
-                    rebased = rebased_under[base] if base in rebased_under else \
-                        rebased_under.setdefault(base, _rebased(command, base))
-                    if rebased is not None:
-                        reason = check(rebased, inv, home)
-                        if reason is not None:
-                            reason += f" (after cd {_unescape(base)})"
-                            break
-            if reason is not None:
-                yield Hit(rule, reason, _shown(command))
+        known = judged.get(command)
+        if known is not None:
+            yield from known
+            continue
+        found: list[Hit] = []
+        for hit in _command_hits(command, checks, bases, home):  # (lazily: first_hit stops at one)
+            found.append(hit)
+            yield hit
+        judged[command] = found
+
+
+def _command_hits(command: Command, checks: tuple[tuple[str, CommandCheck], ...], bases: list[str],
+                  home: str | None) -> Iterator[Hit]:
+    """The hits of one command: each of ``checks``, and for a program that takes paths, each
+    again with its relative operands under each directory of ``bases`` (``cd`` targets)."""
+    inv = Words(command.argv)
+    moves = bases if command.program in _PATH_PROGRAMS else ()
+    rebased_under: dict[str, Command | None] = {}  # made when a check needs it
+    for rule, check in checks:
+        reason = check(command, inv, home)
+        if reason is None and moves and rule not in _SAME_UNDER_ANY_BASE:
+            for base in moves:
+                if rule in _SAME_UNDER_AN_UNKNOWN_BASE and base.startswith(_UNKNOWN_STARTS):
+                    continue
+                rebased = rebased_under[base] if base in rebased_under else \
+                    rebased_under.setdefault(base, _rebased(command, base))
+                if rebased is not None:
+                    reason = check(rebased, inv, home)
+                    if reason is not None:
+                        reason += f" (after cd {_unescape(base)})"
+                        break
+        if reason is not None:
+            yield Hit(rule, reason, _shown(command))
 
 
 _HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "0", "1", "2", "-"})
-_OUTPUT_WORD = re.compile(r"^(-o|--output|--file|of=|-O)", re.MULTILINE)
 _WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
 _PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})

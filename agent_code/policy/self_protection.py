@@ -438,9 +438,14 @@ def protected_path(path: str, places: Places, cwd: Path | None = None,
         base = places.root_text if cwd is None or cwd is places.root else str(cwd)
         joined = base + "/" + path
     root = places.root_text
-    # the usual word: no empty, "." or ".." component and no trailing "/", so normpath would
-    # return it as it is; and with no component starting with a dot it holds no protected name
-    plain = joined.startswith("/") and not ("//" in joined or "/." in joined or joined.endswith("/"))
+    # the usual word: no empty, "." or ".." component, so normpath would return it as it is
+    # (but for a trailing "/", here the only one, which it drops: src/); and with no component
+    # starting with a dot it holds no protected name
+    plain = joined.startswith("/") and not ("//" in joined or "/." in joined)
+    if plain and joined.endswith("/"):
+        plain = joined != "/"
+        if plain:
+            joined = joined[:-1]
     if plain:
         lexical = joined
     else:
@@ -490,8 +495,11 @@ def _protected_name(name: str, places: Places, cache: dict[str, str]) -> str | N
             cache[lexical] = physical
         except (OSError, ValueError):
             physical = lexical
-    forms: tuple[str, ...] = (lexical,)
-    if physical != lexical:
+    if physical == lexical:  # (most words: not a link)
+        if not lexical.casefold().startswith(places.folded_starts):
+            return None  # under no place: what the loop below finds for it
+        forms: tuple[str, ...] = (lexical,)
+    else:
         what = _named_below(physical, root, places.root_slash)
         if what is not None:
             return what
@@ -624,7 +632,8 @@ class _Shell:
     cwds: tuple[Path, ...] = ()     # every directory the line may be in (``cd``); () = (cwd,)
     cwd_unknown: bool = False       # and one that cannot be known
     real: dict[str, str] = field(default_factory=dict)      # resolved directories
-    judged: dict[tuple[str, Path | None, bool], tuple[Severity, str] | None] = field(default_factory=dict)
+    concrete: dict[tuple[str, Path | None], str | None] = field(default_factory=dict)  # _judge_one's protected_path
+    judged: dict[tuple[Any, ...], tuple[Severity, str] | None] = field(default_factory=dict)  # see judge_word
     temp: str | None = None         # where $TMPDIR points, when the line does not set it
     every_cwd: tuple[Path | None, ...] | None = None  # cwds, then None when one is unknown (made once)
 
@@ -632,22 +641,34 @@ class _Shell:
 def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     """A shell word as a path: ``("deny", what)`` when it names (or may glob to) a protected
     place, ``("ask", what)`` when it cannot be known, None when it is safe."""
-    key = (word, shell.cwd, shell.dotglob)
+    here = shell.cwd
+    # (in the root, the usual directory, without it: a Path's hash is a Python-level call)
+    key = (word, shell.dotglob) if here is shell.places.root else (word, here, shell.dotglob)
     judged = shell.judged
-    if key in judged:
-        return judged[key]
-    verdict: tuple[Severity, str] | None = None
+    verdict = judged.get(key, _UNJUDGED)  # (one lookup: a verdict may be None)
+    if verdict is not _UNJUDGED:
+        return verdict
+    verdict = None
     if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
         every = shell.every_cwd
         if every is None:
             every = shell.every_cwd = (*shell.cwds, *((None,) if shell.cwd_unknown else ()))
         if _is_plain(word):  # nothing for the shell to expand (most words): the short way
+            # one name (no "/", not "", "." or a dot name): in the root it is _protected_name's
+            # word; in an unknown directory _judge_plain finds no dot component in it and it
+            # is relative, so it is that ask. (The second shortcut needs no plain root but
+            # is taken with the first: test_policy_fastpaths' general run, which makes
+            # root_is_plain false, compares both with _judge_plain.)
+            places = shell.places
+            root = places.root
+            one_name = "/" not in word and word[:1] not in ("", ".") and places.root_is_plain
             for cwd in every:
                 found: tuple[Severity, str] | None
-                if cwd is shell.places.root and "/" not in word and word[:1] not in ("", ".") \
-                        and shell.places.root_is_plain:  # (what _judge_plain and protected_path come to)
-                    what = _protected_name(word, shell.places, shell.real)
+                if cwd is root and one_name:  # (what _judge_plain and protected_path come to)
+                    what = _protected_name(word, places, shell.real)
                     found = ("deny", what) if what else None
+                elif cwd is None and one_name:
+                    found = _after_unknown_cd(word)
                 else:
                     found = _judge_plain(word, shell, cwd)
                 if found is not None and found[0] == "deny":
@@ -655,9 +676,20 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
                     break
                 verdict = verdict or found
         else:
+            # a relative word with no brace, "~" or "$" at its start (its text is the same in
+            # every directory), in an unknown directory after a known one: _judge_one's steps
+            # that do not read the directory (a protected name, extglob or glob) found no deny
+            # in the known one, and those that do find nothing in an unknown one, so it ends
+            # in one of these two asks. (root_is_plain plays no part but is the switch that
+            # test_policy_fastpaths' general run turns off, to compare this with _judge_one.)
+            relative = word[:1] not in ("/", "~", "$") and "{" not in word and shell.places.root_is_plain
             saved = shell.cwd
             try:
                 for cwd in every:
+                    if cwd is None and relative and every[0] is not None:
+                        found = _computed(word) if "$" in word or "`" in word else _after_unknown_cd(word)
+                        verdict = verdict or found
+                        continue
                     shell.cwd = cwd
                     found = _judge_word(word, shell)
                     if found is not None and found[0] == "deny":
@@ -672,6 +704,9 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         verdict = _judge_word(word, shell)
     judged[key] = verdict
     return verdict
+
+
+_UNJUDGED: Any = object()
 
 
 def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -720,9 +755,17 @@ def _judge_plain(word: str, shell: _Shell, cwd: Path | None) -> tuple[Severity, 
         if what is not None:
             return "deny", what
     if not word.startswith("/"):
-        return "ask", f"a relative path after a cd that cannot be followed ({word})"
+        return _after_unknown_cd(word)
     what = protected_path(word, shell.places, None, shell.real)
     return ("deny", what) if what else None
+
+
+def _after_unknown_cd(word: str) -> tuple[Severity, str]:
+    return "ask", f"a relative path after a cd that cannot be followed ({word})"
+
+
+def _computed(word: str) -> tuple[Severity, str]:
+    return "ask", f"a path the shell computes ({word})"
 
 
 def _has_glob(part: str) -> bool:
@@ -766,15 +809,28 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             text = _PWD_VAR.sub(lambda _: str(shell.cwd), text)
     parts = text.split("/")
     # per component, what the shell may do with it: expand ($, `: _EXPANSION), glob
-    # (_GLOB_CHARS), extglob (_EXTGLOB, which needs a "(") — substring tests, computed once
-    expands = ["$" in p or "`" in p for p in parts]
-    globs = [_has_glob(p) for p in parts]
-    extglobs = ["(" in p and _EXTGLOB.search(p) is not None for p in parts]
-    literal = [p for p, e, g, x in zip(parts, expands, globs, extglobs) if not (e or g or x)]
+    # (_GLOB_CHARS), extglob (_EXTGLOB, which needs a "(") — substring tests, in one pass: the
+    # literal components, the others with what each may do, and the first to expand or glob
+    literal: list[str] = []
+    special: list[tuple[str, bool, bool, bool]] = []
+    end = len(parts)
+    first_expand = first_glob = end
+    for i, p in enumerate(parts):
+        e = "$" in p or "`" in p
+        g = "*" in p or "?" in p or "[" in p  # _has_glob
+        x = "(" in p and _EXTGLOB.search(p) is not None
+        if not (e or g or x):
+            literal.append(p)
+            continue
+        special.append((p, e, g, x))
+        if e and first_expand == end:
+            first_expand = i
+        if g and first_glob == end:
+            first_glob = i
     what = _named(literal)
     if what is not None:
         return "deny", what
-    for part, e, g, x in zip(parts, expands, globs, extglobs):
+    for part, e, g, x in special:
         if x:
             if shell.dotglob or part.startswith(".") or _AGENT_OR_GIT.search(part):
                 return "deny", "a protected place the pattern may match"
@@ -782,23 +838,27 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
             what = _glob_names(part, shell.dotglob)
             if what is not None:
                 return "deny", what
-    if True in expands:
-        i = expands.index(True)
-        prefix = "/".join(parts[:i])
+    if first_expand < end:
+        prefix = "/".join(parts[:first_expand])
         if prefix and not _has_glob(prefix):
             what = (protected_path(prefix, places, shell.cwd, shell.real) if shell.cwd or os.path.isabs(prefix)
                     else None)
             if what is not None:
                 return "deny", what
-        return "ask", f"a path the shell computes ({word})"
+        return _computed(word)
     absolute = text.startswith("/")  # os.path.isabs
     if not absolute and shell.cwd is None:
-        return "ask", f"a relative path after a cd that cannot be followed ({word})"
-    first_glob = globs.index(True) if True in globs else len(parts)
+        return _after_unknown_cd(word)
     concrete = "/".join(parts[:first_glob])
     if absolute and not concrete.startswith("/"):
         concrete = "/" + concrete
-    what = protected_path(concrete or ".", places, shell.cwd, shell.real)
+    concrete = concrete or "."
+    # (the same concrete part recurs: "." for every *.x, src for src/*.py …; per check and
+    # directory, as shell.real keeps what the file system showed)
+    key = (concrete, shell.cwd)
+    what = shell.concrete.get(key, _UNJUDGED)
+    if what is _UNJUDGED:
+        what = shell.concrete[key] = protected_path(concrete, places, shell.cwd, shell.real)
     return ("deny", what) if what else None
 
 
@@ -1095,24 +1155,27 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         shell.temp = temp if os.path.isabs(temp) else None
     maybe: Finding | None = accepting
 
-    def note(verdict: tuple[Severity, str] | None, detail: str) -> Finding | None:
+    def note(verdict: tuple[Severity, str] | None, c: Command, detail: str | None = None) -> Finding | None:
+        """A deny finding for ``verdict`` (``detail``: default the command shown), or None,
+        an ask kept in ``maybe`` when it is the first (the detail made only when needed)."""
         nonlocal maybe
         if verdict is None:
             return None
-        finding = Finding(verdict[0], verdict[1], detail)
-        if finding.severity == "deny":
-            return finding
-        maybe = maybe or finding
+        if verdict[0] == "deny":
+            return Finding("deny", verdict[1], _shown(c) if detail is None else detail)
+        if maybe is None:
+            maybe = Finding(verdict[0], verdict[1], _shown(c) if detail is None else detail)
         return None
 
     commands = analysis.commands
+    seen: set[tuple[str, ...]] = set()  # the words of the commands judged below
     for index, c in enumerate(commands):
         for op, target in c.redirects:
             if op not in WRITE_REDIRECTIONS or (op == ">&" and (target.isdigit() or target == "-")):
                 continue
             verdict = judge_word(target, shell)
             if verdict is not None:  # (the detail is made only for a verdict)
-                found = note(verdict, f"{op} {target}")
+                found = note(verdict, c, f"{op} {target}")
                 if found:
                     return found
         argv = c.argv if c.wrapper is None else _own_argv(commands, index)
@@ -1129,10 +1192,18 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
             continue
         if program in _ONLY_READERS:  # (most commands) what the steps below come to for them
             for target in _output_options(argv):
-                found = note(judge_word(target, shell), _shown(c))
+                found = note(judge_word(target, shell), c)
                 if found:
                     return found
             continue
+        # Words met before (in a command with no wrapper before it, so not fed by xargs: the
+        # one thing of its place in the line the steps below read): they are judged the same
+        # in the same shell, so they add nothing: a deny would have returned the first time,
+        # and an ask of theirs is already in ``maybe`` (which only the first ask sets).
+        if _SKIP_REPEATS and not (index and commands[index - 1].wrapper is not None):
+            if argv in seen:
+                continue
+            seen.add(argv)
         if program == "git" and _git_config_writes(argv) == "":
             return Finding("deny", "git's config (.git/config or ~/.gitconfig), which names programs git runs",
                            _shown(c))
@@ -1152,15 +1223,15 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
         writer = (program in ALL_OPERAND_WRITERS or program in DEST_WRITERS or program == "tee"
                   or (program in ("sed", "gsed", "perl") and any(w.startswith("-i") for w in argv[1:])))
         if writer and _fed_by_xargs(commands, index):
-            note(("ask", "the files named in its input (xargs)"), _shown(c))
+            note(("ask", "the files named in its input (xargs)"), c)
         if program in ("ln", "link") or (program == "cp" and "-s" in argv):
             targets = list(normalize(argv).operands)  # a link's target too: it is written through later
         if program == "find" and _find_deletes_broadly(argv):
-            note(("ask", "any file below where find starts (find -delete)"), _shown(c))
+            note(("ask", "any file below where find starts (find -delete)"), c)
         for target in targets:
             verdict = judge_word(target, shell)
             if verdict is not None:
-                found = note(verdict, _shown(c))
+                found = note(verdict, c)
                 if found:
                     return found
         if _is_reader(argv, program):
@@ -1186,6 +1257,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
 
 
 _SETS_TEMP = re.compile(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b")
+_SKIP_REPEATS = True  # check_command's skip of equal commands (test_policy_fastpaths turns it off)
 
 
 def _shown(c: Command) -> str:
