@@ -93,7 +93,7 @@ class Lines:
 def ran_by_bash(text: str, log: Path) -> set[str]:
     log.write_text("")
     subprocess.run(["bash", "-c", LOGGER + text + "\nwait"], env={"LOG": str(log), "PATH": os.environ["PATH"]},
-                   stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=log.parent)  # (files it writes)
     return set(log.read_text().split())
 
 
