@@ -470,3 +470,83 @@ def test_bash_runs_what_the_grammar_misread(spelling, tmp_path):
     marker = tmp_path / "ran"
     subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
     assert marker.exists(), spelling
+
+
+# Q. code in a value that bash evaluates (agent_code/policy/evaluated.py): an array subscript is
+#    expanded when bash evaluates it, and arithmetic evaluates a variable's value as an
+#    expression, so `x='a[$(rm -rf ~)]'; echo $((x))` runs rm though the line shows a quoted
+#    string; builtins that take a variable name evaluate a subscript in it (`test -v`,
+#    `printf -v`, `read`…), `${x@P}` runs the $(…) in a value. All approved in
+#    bypassPermissions, and `test -v 'a[$'"(rm -rf ~)]"` in plan mode (the quotes split the
+#    `$(` its read-only check looked for). Found by the attacker review.
+EVALUATED = [
+    "test -v 'a[$'\"(rm -rf ~)]\"", "printf -v 'a[$'\"(rm -rf ~)]\" x", "x='$(rm -rf ~)'; echo \"${x@P}\"",
+    "x='a[$(rm -rf ~)]'; echo $((x))", "x='a[$(rm -rf ~)]'; ((x))", "x='a[$(rm -rf ~)]'; [[ $x -eq 1 ]]",
+    "x='a[$(rm -rf ~)]'; let x", "x='a[$(rm -rf ~)]'; declare -i y=x", "x='a[$(rm -rf ~)]'; echo ${a[x]}",
+    "x='a[$(rm -rf ~)]'; for ((i=x;0;)); do :; done", "x='a[$(rm -rf ~)]'; ls | head -n $((x))",
+    "declare -n r='a[$(rm -rf ~)]'; echo $r", "test -v 'a[$(rm -rf ~)]'", "[ -v 'a[$(rm -rf ~)]' ]",
+    "[[ -v 'a[$(rm -rf ~)]' ]]", "printf -v 'a[$(rm -rf ~)]' x", "read 'a[$(rm -rf ~)]' </dev/null",
+    "test -v 'a[`rm -rf ~`]'", "printf -v x '%s' '$(rm -rf ~)'; echo \"${x@P}\"", "x=\"a[\\$(rm -rf ~)]\"; echo $((x))",
+    "echo $(( $(cat n.txt) + 1 ))", "read n < n.txt; echo $((n))", "for f in *; do echo $((f)); done",
+    "x=$(cat f); echo ${s:x}", "echo ${!x}", "mapfile -t a < f; echo $((a))", "x='a[$(rm -rf ~)]'; echo $[x]",
+]
+EVALUATED_STILL_READ = [
+    "echo $((1+2))", "i=0; echo $((i+1))", "n=$(( $(ls tests | wc -l) + 1 )); echo $n", "for i in 1 2 3; do echo $((i*2)); done",
+    "[[ $# -eq 0 ]] && echo none", "echo ${#x}", "echo ${x:0:3}", "echo ${x:-default}", "grep -rn '\\$(' src",
+    "test -f x && echo y", "echo $(( $(nproc) * 2 ))", "make -j$(( $(nproc) + 1 ))", "echo \"${a[@]}\"",
+    "for i in $(seq 1 3); do echo $((i)); done", "echo ${!a[@]}", "x=5; echo $((x*2))",
+]
+
+
+@pytest.mark.parametrize("command", EVALUATED)
+def test_code_in_a_value_bash_evaluates_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("plan", command) != "allow", command
+    assert decision("default", command, ("bash(echo:*)", "bash(test:*)", "bash(printf:*)", "bash(read:*)", "bash(ls:*)",
+                                         "bash(declare:*)", "bash(let:*)", "bash(mapfile:*)", "bash([:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", EVALUATED_STILL_READ)
+def test_arithmetic_on_numbers_is_still_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+@pytest.mark.parametrize("spelling", ["x='a[$(touch {marker})]'; echo $((x))", "test -v 'a[$'\"(touch {marker})]\"",
+                                      "x='$(touch {marker})'; echo \"${{x@P}}\"", "printf -v 'a[$(touch {marker})]' x",
+                                      "echo 'a[$(touch {marker})]' > n.txt; echo $(( $(cat n.txt) ))"])
+def test_bash_runs_the_code_in_an_evaluated_value(spelling, tmp_path):
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
+    assert marker.exists(), spelling
+
+
+# R. glob brackets: a POSIX class (`/[[:alpha:]]*`, every top directory) was read as the
+#    bracket "[[:alpha:]" and a literal "]", matching no protected path (approved in
+#    bypassPermissions); a reversed range (`rm -f /[z-a]`) made the regex compiler raise, which
+#    ended the agent's run (the attacker review of the fast paths). And any error inside the
+#    policy is a call it cannot judge: asked, never a crash.
+GLOB_CLASSES = ["rm -rf /[[:alpha:]]*", "rm -rf /[[:lower:]]tc", "chmod -R 777 /[[:alnum:]]*", "rm -rf ~/[[:alpha:]]*",
+                "rm -rf /[[:alpha:][:digit:]]*", "rm -rf /[![:digit:]]*", "rm -rf /[]e]tc"]
+
+
+@pytest.mark.parametrize("command", GLOB_CLASSES)
+def test_a_glob_class_that_may_match_a_protected_path_is_refused(command):
+    assert decision("bypassPermissions", command) == "deny", command
+
+
+@pytest.mark.parametrize("command", ["rm -f /[z-a]", "rm -rf ./[b-a]x", "chmod 777 /[9-0]", "ls /[[:alpha:]"])
+def test_a_malformed_bracket_is_judged_not_a_crash(command):
+    assert decision("bypassPermissions", command) in ("allow", "ask", "deny")
+
+
+def test_an_error_inside_the_policy_asks_instead_of_crashing(monkeypatch):
+    from agent_code.policy import denylist
+
+    def broken(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(denylist, "first_hit", broken)
+    policy = PermissionPolicy("bypassPermissions")
+    explained = policy.explain(BASH, {"command": "ls"})
+    assert explained.behavior == "ask" and "could not judge" in explained.reason
+    assert not policy.check(BASH, {"command": "ls"}).allowed  # nobody to ask: refused

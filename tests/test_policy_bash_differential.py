@@ -28,7 +28,9 @@ ARGS = ["1", "15", "-n", "x", "-1", "a1", "--k=3", "0", '"q 1"', "'s'", "$v", "$
 SEPARATORS = [" | ", " | ", " |& ", " && ", " || ", "; ", "\n", "\n", " &\n", " & ", " |\n", " &&\n", " ||\n",
               " \\\n", ";\n", " # c\n", "\n\n"]
 REDIRECTIONS = ["", "", "", "", " 2>&1", " >/dev/null", " 2>/dev/null", " <<<x", " >&2", " </dev/null"]
-LOGGER = 'command_not_found_handle() { printf "%s\\n" "$1" >> "$LOG"; return 0; }\n'
+# (each command not found is handled in a process of its own: it writes a file of its own, so
+# the records of a pipeline's stages, which run at once, cannot interleave)
+LOGGER = 'command_not_found_handle() { printf "%s\\n" "$1" > "$LOG.$BASHPID"; return 0; }\n'
 
 
 class Lines:
@@ -90,11 +92,14 @@ class Lines:
         return self.seq(0, self.r.randint(2, 7))
 
 
+def _records(log: Path) -> list[bytes]:
+    return [path.read_bytes() for path in log.parent.glob(log.name + ".*")]
+
+
 def ran_by_bash(text: str, log: Path) -> set[str]:
-    log.write_text("")
     subprocess.run(["bash", "-c", LOGGER + text + "\nwait"], env={"LOG": str(log), "PATH": os.environ["PATH"]},
                    stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=log.parent)  # (files it writes)
-    return set(log.read_text().split())
+    return {name for record in _records(log) for name in record.decode("utf-8", "replace").split()}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -123,7 +128,7 @@ def test_every_command_bash_runs_is_in_the_analysis(seed, tmp_path):
 CHARS = list("abc019_-.,:=+%@/#!^") + [" ", "\t", "\\", "'", '"', "$", "`", "\r", "\x0b", "\x0c", "\n", "*", "?",
                                        "[", "]", "{", "}", "(", ")", "<", ">", "|", "&", ";", "~"]
 ANSI_PIECES = list("abn t\\'\"x41") + ["\\n", "\\t", "\\x41", "\\101", "\\'", "\\\\", "\\e", "\\cA", "\\u00e9"]
-ARGV_LOGGER = 'command_not_found_handle() { printf "%s\\0" "$#" "$@" >> "$LOG"; return 0; }\n'
+ARGV_LOGGER = 'command_not_found_handle() { printf "%s\\0" "$#" "$@" > "$LOG.$BASHPID"; return 0; }\n'
 
 
 def _piece(r: random.Random) -> str:
@@ -158,16 +163,13 @@ def _quoted_line(r: random.Random, names: list[int]) -> str:
 
 
 def argv_by_bash(text: str, log: Path, cwd: Path) -> list[tuple[str, ...]]:
-    log.write_text("")
     subprocess.run(["bash", "-c", ARGV_LOGGER + text + "\nwait"], cwd=cwd, stdin=subprocess.DEVNULL,
                    capture_output=True, timeout=30,
                    env={"LOG": str(log), "PATH": os.environ["PATH"], "HOME": "/nonexistent", "LC_ALL": "C.UTF-8"})
-    fields = log.read_bytes().decode("utf-8", "surrogateescape").split("\0")
-    calls, i = [], 0
-    while i < len(fields) - 1:
-        n = int(fields[i])
-        calls.append(tuple(fields[i + 1:i + 1 + n]))
-        i += 1 + n
+    calls = []
+    for record in _records(log):
+        fields = record.decode("utf-8", "surrogateescape").split("\0")
+        calls.append(tuple(fields[1:1 + int(fields[0])]))
     return calls
 
 

@@ -46,7 +46,9 @@ TABLE: list[tuple[str, str, str]] = [
     ("rm -rf $X", DENY, ISSUE),
     ("rm -rf /{etc,usr}", DENY, ISSUE),
     ("rm -rf /$(echo)", DENY, ISSUE),
-    ("git status $(($(rm -rf x)))", OK, PLAIN),  # rm -rf x is ordinary; the allow-rule test covers it
+    # rm -rf x is ordinary, but arithmetic on a command's output may run a $(…) hidden in a
+    # subscript in it (agent_code/policy/evaluated.py): asked; the allow-rule test covers it
+    ("git status $(($(rm -rf x)))", ASK, PLAIN),
     ("git status $(($(rm -rf /)))", DENY, ISSUE),
     ("coproc rm -rf /", DENY, ISSUE),
     ("coproc NAME { rm -rf /; }", DENY, ISSUE),

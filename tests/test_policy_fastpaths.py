@@ -378,7 +378,7 @@ def test_command_lines_are_analysed_the_same_without_the_shortcuts(monkeypatch):
 
 def _glob_regex_source_before(pattern: str) -> str:
     """``denylist._glob_regex``'s regex before runs of literal characters were escaped at
-    once: one character at a time."""
+    once: one character at a time (brackets read as it reads them now: classes, "]" first)."""
     import re
 
     out, i = [], 0
@@ -394,14 +394,14 @@ def _glob_regex_source_before(pattern: str) -> str:
         elif c == "?":
             out.append(("(?!\\.)" if at_start else "") + "[^/]")
         elif c == "[":
-            end = pattern.find("]", i + 2)
+            end = dl._bracket_end(pattern, i)
             if end == -1:
                 out.append(re.escape(c))
             else:
                 body = pattern[i + 1:end].replace("\\", "\\\\")
                 if body.startswith("!"):
                     body = "^" + body[1:]
-                out.append(f"[{body}]")
+                out.append(dl._bracket(body))
                 i = end + 1
                 continue
         else:
@@ -412,7 +412,8 @@ def _glob_regex_source_before(pattern: str) -> str:
 
 def test_glob_regex_is_what_it_was():
     patterns = {head + last + tail for head in _HEADS for last in _LASTS for tail in _TAILS}
-    patterns |= {"a.b-c+d(e)|f^g$h", "[]x]", "[!]x]*", "x\\", "\\", "[", "[a", "a[b]c", "é*ü?", "\x00*", "a\\\nb"}
+    patterns |= {"a.b-c+d(e)|f^g$h", "[]x]", "[!]x]*", "x\\", "\\", "[", "[a", "a[b]c", "é*ü?", "\x00*", "a\\\nb",
+                 "[[:alpha:]]*", "[z-a]", "[[:alpha:]", "[![:digit:]x]"}
     for pattern in sorted(patterns):
         assert dl._glob_regex.__wrapped__(pattern).pattern == _glob_regex_source_before(pattern), pattern
 

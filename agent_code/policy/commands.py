@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
+from agent_code.policy.evaluated import evaluated_code
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
 
@@ -698,6 +699,9 @@ def analyze(text: str) -> Analysis:
     out = Analysis(text)
     if "=" in text and _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
         out.unknown.append("a variable names code a shell runs at startup (PROMPT_COMMAND, BASH_ENV, ENV …)")
+    evaluated = evaluated_code(text)
+    if evaluated is not None:
+        out.unknown.append(evaluated)
     try:
         _walk(text, 0, out)
     except RecursionError:

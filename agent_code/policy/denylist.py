@@ -289,6 +289,43 @@ def _first_brace(p: str) -> tuple[int, int, list[str]] | None:
     return None
 
 
+_CLASS_START = re.compile(r"\[[:.=]")
+
+
+def _bracket_end(pattern: str, at: int) -> int:
+    """Where the bracket expression opened at ``at`` ends (its "]"), or -1: a "]" first (after
+    "!"/"^") is a member, and "[:alpha:]", "[.x.]", "[=e=]" inside are skipped whole."""
+    i = at + 1
+    if pattern[i:i + 1] in ("!", "^"):
+        i += 1
+    if pattern[i:i + 1] == "]":  # a "]" first is a member
+        i += 1
+    while i < len(pattern):
+        if pattern[i] == "]":
+            return i
+        opened = _CLASS_START.match(pattern, i)
+        if opened is not None:
+            close = pattern.find(opened.group()[1] + "]", i + 2)
+            if close == -1:
+                return -1
+            i = close + 2
+            continue
+        i += 1
+    return -1
+
+
+def _bracket(body: str) -> str:
+    """A glob's ``[…]`` as a regex class; one that is none (a reversed range ``[z-a]``, a POSIX
+    class ``[[:alpha:]]``) as any character of a name: it may match more, never less."""
+    if "[" not in body:
+        try:
+            re.compile(f"[{body}]")
+            return f"[{body}]"
+        except re.error:
+            pass
+    return "[^/]"
+
+
 @lru_cache(maxsize=1024)  # a pure function of the words
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     """A glob pattern as a regex over paths: ``*``/``?`` stay in one component and do not
@@ -312,14 +349,14 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         elif c == "?":
             out.append(("(?!\\.)" if at_start else "") + "[^/]")
         elif c == "[":
-            end = pattern.find("]", i + 2)
+            end = _bracket_end(pattern, i)
             if end == -1:
                 out.append(re.escape(c))
             else:
                 body = pattern[i + 1:end].replace("\\", "\\\\")
                 if body.startswith("!"):
                     body = "^" + body[1:]
-                out.append(f"[{body}]")
+                out.append(_bracket(body))
                 i = end + 1
                 continue
         else:

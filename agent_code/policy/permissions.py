@@ -190,7 +190,19 @@ class PermissionPolicy:
         """The decision for one call and why, without asking anyone or running hooks: steps
         1–3 of the module doc (the deny list and deny rules, self-protection, ask/allow
         rules, the mode table). :meth:`check` acts on it; ``agent-code permissions check``
-        and the REPL's ``/permissions check`` print it."""
+        and the REPL's ``/permissions check`` print it. A call the policy fails on (a bug)
+        is one it cannot judge: asked, as a line it cannot read, never run unasked nor a
+        crash of the agent."""
+        try:
+            return self._explain(tool, arguments)
+        except Exception as error:  # noqa: BLE001
+            detail = f"{type(error).__name__}: {error}"[:200]
+            message = (f"Permission denied: {tool.name} was not run: the permission policy could not judge this call "
+                       f"({detail}). Do not retry it: continue without it, or tell the user what you wanted to do.")
+            return Explanation("ask", f"the policy could not judge it ({detail})", "policy-error", "built-in",
+                               "deny-list", detail, message)
+
+    def _explain(self, tool: Tool, arguments: object) -> "Explanation":
         mode = self.mode
         subject = subject_of(tool, arguments)
         analysis = analyze(subject.value) if subject.kind == "command" else None   # parsed once per check

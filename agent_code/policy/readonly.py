@@ -37,6 +37,9 @@ _WRITING_OPTIONS: dict[str, tuple[str, ...]] = {
     "rg": ("--pre", "--hostname-bin"),
     "file": ("-C", "--compile"),
     "date": ("-s", "--set"),
+    "printf": ("-v",),  # it assigns a variable (and evaluates a subscript in its name)
+    "test": ("-v",),    # -v evaluates a subscript in the name it tests
+    "[": ("-v",),
     "git": ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--exec"),
 }
 GIT_READ_ONLY = frozenset({
