@@ -489,12 +489,21 @@ EVALUATED = [
     "test -v 'a[`rm -rf ~`]'", "printf -v x '%s' '$(rm -rf ~)'; echo \"${x@P}\"", "x=\"a[\\$(rm -rf ~)]\"; echo $((x))",
     "echo $(( $(cat n.txt) + 1 ))", "read n < n.txt; echo $((n))", "for f in *; do echo $((f)); done",
     "x=$(cat f); echo ${s:x}", "echo ${!x}", "mapfile -t a < f; echo $((a))", "x='a[$(rm -rf ~)]'; echo $[x]",
+    # values read when the line runs, followed through the line's assignments
+    "read x; y=$x; echo $((y))", "while read -r n; do echo $((n+1)); done < f", "IFS=, read a b <<< \"$s\"; echo $((a))",
+    "a=(*); echo $((a))", "x=\"${y:-$(cat f)}\"; echo $((x))", "declare x=$(cat f); echo $((x))", "x=`cat f`; echo $((x))",
+    "read -a arr; echo $((arr[0]))", "(( x = $(cat f) ))", "let \"x=$(cat f)\"", "set -- $(cat f); echo $(( $1 ))",
+    "declare -i x; x=$(cat f)", "cat f | while read x; do echo $((x)); done", "echo ${x:=$(cat f)}; echo $((x))",
+    "read x; echo ${a[x]}", "read x; [[ $x -gt 1 ]]", "for f in *; do a[f]=1; done", "read i; echo ${s:i:2}",
+    "x='a[$((0))$(rm -rf ~)]'; echo $((x))", "x='a[ $(rm -rf ~) ]'; echo $((x))",
 ]
 EVALUATED_STILL_READ = [
     "echo $((1+2))", "i=0; echo $((i+1))", "n=$(( $(ls tests | wc -l) + 1 )); echo $n", "for i in 1 2 3; do echo $((i*2)); done",
     "[[ $# -eq 0 ]] && echo none", "echo ${#x}", "echo ${x:0:3}", "echo ${x:-default}", "grep -rn '\\$(' src",
     "test -f x && echo y", "echo $(( $(nproc) * 2 ))", "make -j$(( $(nproc) + 1 ))", "echo \"${a[@]}\"",
     "for i in $(seq 1 3); do echo $((i)); done", "echo ${!a[@]}", "x=5; echo $((x*2))",
+    "i=0; while [ $i -lt 3 ]; do i=$((i+1)); done", "n=$(ls | wc -l); echo $((n+1))", "x=5; y=$x; echo $((y))",
+    "for f in $(git diff --name-only); do echo $f; done; echo $((1+2))", "a[$((i+1))]=1",
 ]
 
 
