@@ -32,15 +32,13 @@ import re
 _PROMPT_EXPANSION = re.compile(r"@P\s*\}")
 # ${!name} and ${!name[i]}: the value names another variable (${!prefix*}, ${!a[@]} list names)
 _INDIRECTION = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
-_NAMEREF = re.compile(r"(?:^|[\s;&|(])(?:declare|typeset|local|export|readonly)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*n")
+_NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*n")
 # a variable name with a subscript given to a builtin that evaluates it (quotes may split it:
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
-_NAME_SUBSCRIPT = re.compile(r"(?:-v|-p)\s+\S*\[|(?:^|[\s;&|(])(?:read|mapfile|readarray|getopts|unset|declare|"
-                             r"typeset|local|export|readonly)\b[^;&|\n]*\[")
-_ARITHMETIC = re.compile(r"\$\(\(|\(\(|\$\[|(?:^|[\s;&|(])let\s|-(?:eq|ne|lt|le|gt|ge)\b|"
-                         r"(?:^|[\s;&|(])(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*i|"
-                         r"\$\{#?[A-Za-z_][A-Za-z0-9_]*(?:\[|:(?![-=+?]))|[A-Za-z_][A-Za-z0-9_]*\[[^]]*\]\+?=")
-
+_OPTION_SUBSCRIPT = re.compile(r"-[vp]\s+\S*\[")
+_NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
+_TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
+                              r"[^;&|\n]*\[")
 # --- sources of values that may carry code ---------------------------------------------------
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -52,41 +50,74 @@ _SUBSTITUTION = re.compile(r"\$\((?!\()|`")  # (not "$((": an arithmetic expansi
 # alone), `nproc`, `seq` of numbers
 _NUMERIC_SUBSTITUTION = re.compile(r"\$\([^()`]*\|\s*wc(?:\s+-[lcwm]+)*\s*\)|\$\(\s*nproc\s*\)|"
                                    r"\$\(\s*seq(?:\s+-?[0-9]+)+\s*\)")
-_STARTS = r"(?:^|(?<=[\s;&|(){}`]))"  # where a command (or a keyword) starts
 # names whose values are read when the line runs: read, mapfile, getopts, printf -v, wait -p,
 # the variable of a for/select over a list that expands (a glob, $x, $(…))
-_READERS = re.compile(_STARTS + r"(?:read|mapfile|readarray|getopts|printf\s+-v|wait\s+-p)\b([^;&|\n)]*)")
-_LOOP = re.compile(_STARTS + r"(?:for|select)\s+(" + _NAME + r")\s+in\b([^;\n]*)")
+_READERS = re.compile(r"(?:read|mapfile|readarray|getopts|printf\s+-v|wait\s+-p)\b([^;&|\n)]*)")
+_READER_WORDS = ("read", "mapfile", "getopts", "printf", "wait")
+_LOOP = re.compile(r"\b(?:for|select)\s+(" + _NAME + r")\s+in\b([^;\n]*)")
 _ASSIGNED = re.compile(r"(?:^|(?<=[\s;&|(){}`]))(" + _NAME + r")(?:\[[^]]*\])?\+?=((?:\"[^\"]*\"|'[^']*'|\S)*)")
 _USES = re.compile(r"\$\{?#?(" + _NAME + r")|(?<![$\w])(" + _NAME + r")")
 _POSITIONAL = re.compile(r"\$\{?[1-9@*]")
 
 
+_ARITHMETIC_TESTS = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
+_DECLARERS = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
+_LET = re.compile(r"let\s+([^;&|\n]*)")
+_SEPARATORS = re.compile(r"[;&|\n]")
+_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?" + _NAME + r"(\[[^]]*\]|:(?![-=+?])[^}]*)")
+_SUBSCRIPT_ASSIGNED = re.compile(_NAME + r"(\[[^]]*\])\+?=")
+_INTEGER_DECLARED = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*i"
+                               r"[A-Za-z]*\s([^;&|\n]*)")
+
+
+def _at_words(text: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> list[re.Match[str]]:
+    """``pattern`` matched where one of ``words`` starts a word of ``text`` (found by plain
+    searches: the pattern is tried at those places only, not at every character)."""
+    found = []
+    for word in words:
+        at = text.find(word)
+        while at >= 0:
+            if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
+                m = pattern.match(text, at)
+                if m is not None:
+                    found.append(m)
+            at = text.find(word, at + 1)
+    return found
+
+
 def _arithmetic_texts(text: str) -> list[str]:
-    """The texts bash evaluates as arithmetic in ``text`` (found by their spelling)."""
+    """The texts bash evaluates as arithmetic in ``text`` (found by their spelling; each
+    pattern only where a substring it needs is present: most lines have none)."""
     out: list[str] = []
-    for m in re.finditer(r"\(\(", text):  # $((…)), ((…)), for ((…))
-        depth, i = 2, m.end()
+    at = text.find("((")
+    while at >= 0:  # $((…)), ((…)), for ((…))
+        depth, i = 2, at + 2
         while i < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            c = text[i]
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
             i += 1
-        out.append(text[m.end():i])
-    for m in re.finditer(r"\$\[([^]]*)\]", text):
-        out.append(m.group(1))
-    for m in re.finditer(_STARTS + r"let\s+([^;&|\n]*)", text):
-        out.append(m.group(1))
-    for m in re.finditer(r"\[\[(.*?)\]\]", text, re.DOTALL):  # [[ x -eq y ]]: operands are arithmetic
-        if re.search(r"-(?:eq|ne|lt|le|gt|ge)\b", m.group(1)):
-            out.append(m.group(1))
-    for m in re.finditer(_STARTS + r"(?:test|\[)\s([^;&|\n]*-(?:eq|ne|lt|le|gt|ge)\b[^;&|\n]*)", text):
-        out.append(m.group(1))
-    for m in re.finditer(r"\$\{[#!]?" + _NAME + r"(\[[^]]*\]|:(?![-=+?])[^}]*)", text):  # ${a[i]}, ${s:i}
-        out.append(m.group(1))
-    for m in re.finditer(_NAME + r"(\[[^]]*\])\+?=", text):  # a[i]=…
-        out.append(m.group(1))
-    for m in re.finditer(_STARTS + r"(?:declare|typeset|local|export|readonly)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*i"
-                         r"[A-Za-z]*\s([^;&|\n]*)", text):  # declare -i x=value
-        out.append(m.group(1))
+        out.append(text[at + 2:i])
+        at = text.find("((", at + 2)
+    if "$[" in text:
+        out += re.findall(r"\$\[([^]]*)\]", text)
+    if "let" in text:
+        out += [m.group(1) for m in _at_words(text, ("let",), _LET)]
+    for test in _ARITHMETIC_TESTS:  # [[ x -eq y ]], [ x -eq y ], test …: the command's words, to be safe
+        at = text.find(test)
+        while at >= 0:
+            start = max((m.end() for m in _SEPARATORS.finditer(text, 0, at)), default=0)
+            end = _SEPARATORS.search(text, at)
+            out.append(text[start:end.start() if end is not None else len(text)])
+            at = text.find(test, at + 1)
+    if "${" in text:
+        out += _SUBSCRIPT_OR_OFFSET.findall(text)
+    if "]=" in text or "]+=" in text:
+        out += _SUBSCRIPT_ASSIGNED.findall(text)
+    if any(word in text for word in _DECLARERS):  # declare -i x=value
+        out += [m.group(1) for m in _at_words(text, _DECLARERS, _INTEGER_DECLARED)]
     return out
 
 
@@ -94,13 +125,14 @@ def _tainted(text: str) -> set[str]:
     """Names whose values may hold code: read when the line runs, or assigned the output of a
     command, or another tainted name's value (followed through the line's assignments)."""
     tainted: set[str] = set()
-    for m in _READERS.finditer(text):
+    for m in _at_words(text, _READER_WORDS, _READERS):
         tainted.update(re.findall(_NAME, m.group(1)))
-    for m in _LOOP.finditer(text):
-        if re.search(r"[*?[$`]", m.group(2)):
-            tainted.add(m.group(1))
+    if "for" in text or "select" in text:
+        for m in _LOOP.finditer(text):
+            if re.search(r"[*?[$`]", m.group(2)):
+                tainted.add(m.group(1))
     flows: list[tuple[str, set[str]]] = []
-    for m in _ASSIGNED.finditer(text):
+    for m in _ASSIGNED.finditer(text) if "=" in text else ():
         name, value = m.group(1), m.group(2)
         if _SUBSTITUTION.search(value) or "<(" in value or (value.startswith("(") and re.search(r"[*?[]", value)):
             tainted.add(name)  # (a=(*): an array of file names)
@@ -125,23 +157,26 @@ def evaluated_code(text: str) -> str | None:
         return "a value expanded as a prompt (${x@P}) runs the $(…) in it"
     if "${!" in text and _INDIRECTION.search(text):
         return "an indirect expansion (${!x}) evaluates a name only known when it runs"
-    if _NAMEREF.search(text):
+    # (each pattern only where a substring it needs is present: most lines have none)
+    if any(word in text for word in _DECLARERS) and _at_words(text, _DECLARERS, _NAMEREF):
         return "a nameref (declare -n) evaluates a name only known when it runs"
-    if "[" in text and _NAME_SUBSCRIPT.search(text):
+    if "[" in text and ((("-v" in text or "-p" in text) and _OPTION_SUBSCRIPT.search(text))
+                        or _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
         return "a variable name with a subscript that bash evaluates (it may run a $(…) in it)"
-    if not _ARITHMETIC.search(text):
+    plain = _NUMERIC_SUBSTITUTION.sub("0", text) if "$(" in text else text  # numbers stand for those
+    arithmetic = _arithmetic_texts(plain)
+    if not arithmetic:
         return None
     if "[" in text and _PLANTED.search(text):
         return "arithmetic on a value that may hold a subscript with a $(…), which bash runs"
-    plain = _NUMERIC_SUBSTITUTION.sub("0", text) if "$(" in text else text  # numbers stand for those
-    arithmetic = _arithmetic_texts(plain)
     if any(_SUBSTITUTION.search(part) for part in arithmetic):
         return "arithmetic on the output of a command (a subscript in it would run a $(…))"
-    if any(_POSITIONAL.search(part) for part in arithmetic) and re.search(_STARTS + r"set\s", plain):
+    if any(_POSITIONAL.search(part) for part in arithmetic) and re.search(r"\bset\s", plain):
         return "arithmetic on positional parameters the line sets"
-    tainted = _tainted(plain)
     used = {a or b for part in arithmetic for a, b in _USES.findall(part)}
-    hit = sorted(used & tainted)
+    if not used:  # arithmetic on numbers only
+        return None
+    hit = sorted(used & _tainted(plain))
     if hit:
         return f"arithmetic on {hit[0]!r}, a value read when the line runs (a subscript in it would run a $(…))"
     return None
