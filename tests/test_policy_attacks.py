@@ -559,3 +559,53 @@ def test_an_error_inside_the_policy_asks_instead_of_crashing(monkeypatch):
     explained = policy.explain(BASH, {"command": "ls"})
     assert explained.behavior == "ask" and "could not judge" in explained.reason
     assert not policy.check(BASH, {"command": "ls"}).allowed  # nobody to ask: refused
+
+
+# S. the second attacker review: a redirection on the last stage of a pipeline hangs on the
+#    whole pipeline in the tree, and the $(…) in its target or here-document was never walked
+#    (`true | cat > $(rm -rf ~)/x` was approved in bypassPermissions, though `cat > $(rm -rf
+#    ~)/x` was refused); glob brackets with an escaped "]" or an unclosed "[="; code in values
+#    spelled with $'\x5b\x24(' (no "[" or "$(" in the text), in contexts the first patterns
+#    missed (`a=([x]=1)`, `${@:x}`, `\let`, `declare '-i'`, `test -v "$n"`); prompt and startup
+#    variables set with +=, printf -v or read; builtins that run what they are given
+#    (mapfile -C, compgen -W/-C, trap -- '-;…' EXIT) or rebind a name (hash -p, BASH_CMDS).
+SECOND_REVIEW = [
+    "true | cat > $(rm -rf ~)/dev/null", "true | cat <<E\n$(rm -rf ~)\nE", "true | cat <<E\n`rm -rf ~`\nE",
+    "true | cat <<E\n${v:-$(rm -rf ~)}\nE", "{ ls; } > $(rm -rf ~)", "( ls ) > $(rm -rf ~)", "ls | sort | cat > $(rm -rf ~)",
+    "rm -rf /[e\\]]tc", "rm -rf /[[=e]tc",
+    "x=a$'\\x5b\\x24(rm -rf ~)]'; echo $((x))", "x=a$'\\x5b\\x24(rm -rf ~)]'; [[ x -eq 0 ]]", "x=a$'\\x5b\\x24(rm -rf ~)]'; a[x]=1",
+    "x=a$'\\x5b\\x24(rm -rf ~)]'; echo ${x:x}", "x=a$'\\x5b\\x24(rm -rf ~)]'; case 1 in $((x))) ;; esac",
+    "x='b[$(rm -rf ~)]'; a=([x]=1)", "x='b[$(rm -rf ~)]'; set -- q; echo ${@:x}", "x='b[$(rm -rf ~)]'; echo ${1:x}",
+    "x='b[$(rm -rf ~)]'; \\let x", "x='b[$(rm -rf ~)]'; \\declare -i y; y=x", "x='b[$(rm -rf ~)]'; declare '-i' y; y=x",
+    "test -v $'a\\x5b\\x24(rm -rf ~)]'", "n=a$'\\x5b''$(rm -rf ~)]'; test -v \"$n\"", "n=a$'\\x5b''$(rm -rf ~)]'; [[ -v $n ]]",
+    "test -- = -- -o -v $'a\\x5b\\x24(rm -rf ~)]'",
+    "PS4+='$(rm -rf ~)'; set -x; :", "printf -v PS4 %s '$(rm -rf ~)'; set -x; :", "read PS4 <<< '$(rm -rf ~)'; set -x; :",
+    "BASH_ENV+='$(rm -rf ~)' bash -c :", "export BASH_ENV+='$(rm -rf ~)'; bash -c :",
+    "printf 'a\\n' | mapfile -C 'rm -rf ~;:' -c 1 arr", "compgen -W '$(rm -rf ~)' x", "compgen -C 'rm -rf ~' x",
+    "trap -- '-;rm -rf ~' EXIT", "hash -p /bin/rm ls; ls -rf ~", "BASH_CMDS[ls]=/bin/rm; ls -rf ~",
+    "shopt -s expand_aliases; BASH_ALIASES[ls]='rm -rf ~'\nls",
+]
+SECOND_REVIEW_STILL_READ = ["ls | cat > out.txt", "echo $ENV_FILE", "env | grep PS1", "trap - EXIT", "mapfile -t a < f",
+                            "compgen -c | head", "hash -r", "rm -f build/[a-z]*.o", "sort a | uniq > b.txt"]
+
+
+@pytest.mark.parametrize("command", SECOND_REVIEW)
+def test_what_the_second_review_found_is_refused_or_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("plan", command) != "allow", command
+    assert decision("default", command, ("bash(ls:*)", "bash(true:*)", "bash(cat:*)", "bash(test:*)", "bash(echo:*)",
+                                         "bash(printf:*)", "bash(compgen:*)", "bash(trap:*)", "bash(hash:*)")) != "allow"
+
+
+@pytest.mark.parametrize("command", SECOND_REVIEW_STILL_READ)
+def test_ordinary_lines_beside_the_second_review_stay_allowed(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+@pytest.mark.parametrize("spelling", ["true | cat > $(touch {marker})/dev/null", "true | cat <<E\n$(touch {marker})\nE",
+                                      "x=a$'\\x5b\\x24(touch {marker})]'; echo $((x))", "trap -- '-;touch {marker}' EXIT",
+                                      "printf 'a\\n' | mapfile -C 'touch {marker};:' -c 1 arr"])
+def test_bash_runs_what_the_second_review_hid(spelling, tmp_path):
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
+    assert marker.exists(), spelling

@@ -116,16 +116,22 @@ _GIT_PROGRAM_KEYS = re.compile(r"^(alias\.[^=]+|core\.(fsmonitor|pager|sshcomman
                                r"|web\.browser|browser\.[^=]+\.(cmd|path))=(.*)$", re.IGNORECASE | re.DOTALL)
 # programs that take a shell command (or a script they cannot show) as an argument
 _EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano"})
-_SHELL_STARTUP_VARIABLES = re.compile(r"(?:^|[\s;&|(`])(PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS4|SHELLOPTS|BASHOPTS"
-                                      r"|BASH_FUNC_[^=]*)=")
+# a variable whose value a shell runs (or expands as a prompt) later: set in any way (`PS4=`,
+# `PS4+=`, `printf -v PS4`, `read PS4`, `export BASH_ENV`…), or a table that rebinds a
+# command's name (BASH_CMDS, BASH_ALIASES)
+_STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|BASHOPTS|BASH_FUNC_\w*|BASH_CMDS"
+                  r"|BASH_ALIASES|BASH_LOADABLES_PATH|EXECIGNORE)")
+_SHELL_STARTUP_VARIABLES = re.compile(r"\b" + _STARTUP_NAMES + r"(?:\[[^]]*\])?\+?=|\b(?:printf\s+-v|read|export|declare"
+                                      r"|typeset|local|readonly|mapfile|readarray|getopts|wait\s+-p)\b[^;&|\n]*\b"
+                                      + _STARTUP_NAMES + r"\b")
 
 
 def _may_name_startup_code(text: str) -> bool:
     """Whether ``text`` holds a piece every match of :data:`_SHELL_STARTUP_VARIABLES`
     holds: the regex tries its alternatives at every character (0.1 ms on a 2 kB
     line), these substring tests take a microsecond."""
-    return ("ENV=" in text or "OPTS=" in text or "PS" in text or "PROMPT_COMMAND=" in text
-            or "BASH_FUNC_" in text)
+    return "ENV" in text or "OPTS" in text or "PS" in text or "PROMPT_COMMAND" in text or "BASH_" in text \
+        or "EXECIGNORE" in text
 
 
 _RUNS_MORE = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
@@ -305,9 +311,13 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
             continue
         if name == "trap":
             chain.append((argv, name, False))
-            action = next((a for a in argv[1:] if not a.startswith("-")), None)
-            if action is not None and len(argv) > 2:
-                scripts.append(action)
+            rest = list(argv[1:])
+            while rest and rest[0].startswith("-") and rest[0] not in ("-", "--"):
+                rest.pop(0)  # -p, -l, -P: options
+            if rest[:1] == ["--"]:
+                rest.pop(0)  # (the action after it may start with "-": `trap -- '-;cmd' EXIT`)
+            if len(rest) > 1:
+                scripts.append(rest[0])
             return chain, None, scripts, extra
         if name == "alias":
             chain.append((argv, name, False))
@@ -441,6 +451,11 @@ def _walk_script(script: Script, depth: int, out: Analysis) -> None:
                 if stage.redirects:
                     redirects = tuple((op, target.text) for op, target in stage.redirects)
                     out.commands.append(Command((), redirects))
+                    # what runs in the targets and here-document bodies of its redirections
+                    # (`a | b > $(…)`: tree-sitter puts them on the whole pipeline)
+                    for _, target in stage.redirects:
+                        for sub in target.subs:
+                            _walk_script(sub, depth + 1, out)
                 leaf = _first_leaf(stage.body)
                 if previous is not None and _stdin_shell_in(stage.body):
                     _feed(previous, depth, out)
@@ -692,18 +707,47 @@ def _each_program(leaf: tuple[str, ...], shape: tuple[str, ...], redirects: tupl
         _expand_argv((name, *leaf[1:]), redirects, sub_programs, depth + 1, out, (alternative, *shape[1:]))
 
 
+def _has_option(argv: tuple[str, ...], letters: str) -> bool:
+    """Whether a short option among ``letters`` is given (alone or in a bundle: -tC)."""
+    return any(a.startswith("-") and not a.startswith("--") and any(c in a[1:] for c in letters) for a in argv[1:])
+
+
+def _runs_or_rebinds(commands: list[Command], text: str) -> str | None:
+    """Builtins that run text they are given as code, or bind a command's name to another
+    program: ``mapfile -C CALLBACK``, ``compgen``/``complete`` with ``-W``/``-C``/``-F``, ``hash
+    -p PROGRAM NAME``, ``enable`` (it loads or turns off builtins), ``alias`` once aliases are
+    expanded. What they run or which program a name then is cannot be judged here."""
+    for c in commands:
+        program = c.program
+        if program in ("mapfile", "readarray") and _has_option(c.argv, "C"):
+            return f"{program} -C runs a callback"
+        if program in ("compgen", "complete") and _has_option(c.argv, "WCF"):
+            return f"{program} runs or expands the text it is given"
+        if program == "hash" and _has_option(c.argv, "p"):
+            return "hash -p binds a command's name to another program"
+        if program == "enable":
+            return "enable loads or turns off builtins"
+        if program == "alias" and "expand_aliases" in text:
+            return "an alias rebinds a command's name"
+    return None
+
+
 def analyze(text: str) -> Analysis:
     """Every command ``text`` would run, in order, at every depth (see the module doc).
     Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
     recursion allows) comes back ``opaque``."""
     out = Analysis(text)
-    if "=" in text and _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
-        out.unknown.append("a variable names code a shell runs at startup (PROMPT_COMMAND, BASH_ENV, ENV …)")
+    if _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
+        out.unknown.append("a variable names code a shell runs at startup or as a prompt, or rebinds a command "
+                           "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
     evaluated = evaluated_code(text)
     if evaluated is not None:
         out.unknown.append(evaluated)
     try:
         _walk(text, 0, out)
+        rebinding = _runs_or_rebinds(out.commands, text)
+        if rebinding is not None:
+            out.unknown.append(rebinding)
     except RecursionError:
         out.opaque = True
     except Exception as error:  # noqa: BLE001 - a line the analysis fails on is one it cannot judge

@@ -303,13 +303,15 @@ def _bracket_end(pattern: str, at: int) -> int:
     while i < len(pattern):
         if pattern[i] == "]":
             return i
+        if pattern[i] == "\\":  # an escaped character is a member ("[e\\]]": "e" or "]")
+            i += 2
+            continue
         opened = _CLASS_START.match(pattern, i)
         if opened is not None:
             close = pattern.find(opened.group()[1] + "]", i + 2)
-            if close == -1:
-                return -1
-            i = close + 2
-            continue
+            if close != -1:
+                i = close + 2
+                continue  # (an unclosed "[=" is a "[" member: "[[=e]" is "[" "=" or "e")
         i += 1
     return -1
 
@@ -317,7 +319,8 @@ def _bracket_end(pattern: str, at: int) -> int:
 def _bracket(body: str) -> str:
     """A glob's ``[…]`` as a regex class; one that is none (a reversed range ``[z-a]``, a POSIX
     class ``[[:alpha:]]``) as any character of a name: it may match more, never less."""
-    if "[" not in body:
+    if "[" not in body and "\\" not in body and not any(pair in body for pair in ("--", "&&", "~~", "||")):
+        # (escapes, classes and the pairs the regex engine reads as set operations: any character)
         try:
             re.compile(f"[{body}]")
             return f"[{body}]"

@@ -35,7 +35,7 @@ _INDIRECTION = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
 _NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*n")
 # a variable name with a subscript given to a builtin that evaluates it (quotes may split it:
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
-_OPTION_SUBSCRIPT = re.compile(r"-[vp]\s+\S*\[")
+_OPTION_SUBSCRIPT = re.compile(r"-[vp]\s+\S*[\[$]")  # (a name given by an expansion may hold one too)
 _NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
 _TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
                               r"[^;&|\n]*\[")
@@ -64,8 +64,8 @@ _ARITHMETIC_TESTS = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
 _DECLARERS = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
 _LET = re.compile(r"let\s+([^;&|\n]*)")
 _SEPARATORS = re.compile(r"[;&|\n]")
-_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?" + _NAME + r"(\[[^]]*\]|:(?![-=+?])[^}]*)")
-_SUBSCRIPT_ASSIGNED = re.compile(_NAME + r"(\[[^]]*\])\+?=")
+_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\]|:(?![-=+?])[^}]*)")
+_SUBSCRIPT_ASSIGNED = re.compile(r"(\[[^]]*\])\+?=")  # a[i]=…, a=([i]=…)
 _INTEGER_DECLARED = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*i"
                                r"[A-Za-z]*\s([^;&|\n]*)")
 
@@ -151,8 +151,28 @@ def _tainted(text: str) -> set[str]:
     return tainted
 
 
+_ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
+
+
+def _flat(text: str) -> str:
+    """``text`` with ``$'…'`` strings decoded and quotes and backslashes dropped: how its
+    words read after quote removal (``$'\\x5b'`` is "[", ``\\let`` is "let", ``'-i'`` is "-i",
+    ``'a[$'"(…)"`` is "a[$(…)"), for the patterns below. Dropping them only uncovers: what the
+    patterns find in the line as written they find here too (quoted text reads as code)."""
+    if "$'" in text:
+        from agent_code.policy.shell_syntax import _ansi_c  # (the syntax module imports nothing of ours)
+
+        text = _ANSI_C.sub(lambda m: _ansi_c(m.group(1)), text)
+    return text.replace("\\", "").replace("'", "").replace('"', "")
+
+
 def evaluated_code(text: str) -> str | None:
-    """Why ``text`` (a command line) may run code hidden in a value it evaluates, or None."""
+    """Why ``text`` (a command line) may run code hidden in a value it evaluates, or None
+    (read after quote removal: :func:`_flat`)."""
+    return _evaluated_code(_flat(text) if "'" in text or '"' in text or "\\" in text else text)
+
+
+def _evaluated_code(text: str) -> str | None:
     if "@P" in text and _PROMPT_EXPANSION.search(text):
         return "a value expanded as a prompt (${x@P}) runs the $(…) in it"
     if "${!" in text and _INDIRECTION.search(text):
