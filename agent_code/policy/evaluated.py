@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 
+from agent_code.policy.shell_syntax import _ansi_c
+
 # --- constructs that evaluate text -----------------------------------------------------------
 
 _PROMPT_EXPANSION = re.compile(r"@P\s*\}")
@@ -160,8 +162,6 @@ def _flat(text: str) -> str:
     ``'a[$'"(…)"`` is "a[$(…)"), for the patterns below. Dropping them only uncovers: what the
     patterns find in the line as written they find here too (quoted text reads as code)."""
     if "$'" in text:
-        from agent_code.policy.shell_syntax import _ansi_c  # (the syntax module imports nothing of ours)
-
         text = _ANSI_C.sub(lambda m: _ansi_c(m.group(1)), text)
     return text.replace("\\", "").replace("'", "").replace('"', "")
 
