@@ -109,7 +109,8 @@ class LocalContainer:
 
     def put_archive(self, path, data):
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(path, filter="tar")
+            # (the "tar" filter refuses links out of the folder; Pythons before 3.11.4 have none)
+            tar.extractall(path, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
         return True
 
     def get_archive(self, path):
