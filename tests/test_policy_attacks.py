@@ -586,7 +586,11 @@ SECOND_REVIEW = [
     "shopt -s expand_aliases; BASH_ALIASES[ls]='rm -rf ~'\nls",
 ]
 SECOND_REVIEW_STILL_READ = ["ls | cat > out.txt", "echo $ENV_FILE", "env | grep PS1", "trap - EXIT", "mapfile -t a < f",
-                            "compgen -c | head", "hash -r", "rm -f build/[a-z]*.o", "sort a | uniq > b.txt"]
+                            "compgen -c | head", "hash -r", "rm -f build/[a-z]*.o", "sort a | uniq > b.txt",
+                            # -p/-v of other commands, "read" and "local" inside other words (were asked at first)
+                            'mkdir -p "$(dirname "$f")" && printf \'%s\' \'{"a": [1]}\' > "$f"', 'grep -v "$x" f',
+                            "python3 - <<'PY'\nimport urllib.request\nr = urllib.request.urlopen('http://localhost:1/a')\n"
+                            "print(r.read()[:40])\nPY"]
 
 
 @pytest.mark.parametrize("command", SECOND_REVIEW)

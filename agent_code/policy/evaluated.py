@@ -37,7 +37,9 @@ _INDIRECTION = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
 _NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*n")
 # a variable name with a subscript given to a builtin that evaluates it (quotes may split it:
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
-_OPTION_SUBSCRIPT = re.compile(r"-[vp]\s+\S*[\[$]")  # (a name given by an expansion may hold one too)
+# test -v, [ -v, [[ -v, printf -v, wait -p NAME (a name given by an expansion may hold one too);
+# only in those commands: mkdir -p "$d", grep -v "$x" name no variable
+_OPTION_SUBSCRIPT = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s+\S*[\[$]")
 _NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
 _TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
                               r"[^;&|\n]*\[")
@@ -72,14 +74,18 @@ _INTEGER_DECLARED = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-
                                r"[A-Za-z]*\s([^;&|\n]*)")
 
 
+_COMMAND_START = frozenset(" \t\n;&|({`!")  # what may stand before a command's name
+
+
 def _at_words(text: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> list[re.Match[str]]:
-    """``pattern`` matched where one of ``words`` starts a word of ``text`` (found by plain
-    searches: the pattern is tried at those places only, not at every character)."""
+    """``pattern`` matched where one of ``words`` stands where a command's name may (after a
+    blank, an operator or an opening bracket; found by plain searches: the pattern is tried at
+    those places only, not at every character)."""
     found = []
     for word in words:
         at = text.find(word)
         while at >= 0:
-            if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
+            if at == 0 or text[at - 1] in _COMMAND_START:
                 m = pattern.match(text, at)
                 if m is not None:
                     found.append(m)
@@ -180,8 +186,8 @@ def _evaluated_code(text: str) -> str | None:
     # (each pattern only where a substring it needs is present: most lines have none)
     if any(word in text for word in _DECLARERS) and _at_words(text, _DECLARERS, _NAMEREF):
         return "a nameref (declare -n) evaluates a name only known when it runs"
-    if "[" in text and ((("-v" in text or "-p" in text) and _OPTION_SUBSCRIPT.search(text))
-                        or _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
+    if (("-v" in text or "-p" in text) and ("[" in text or "$" in text) and _OPTION_SUBSCRIPT.search(text)) \
+            or ("[" in text and _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
         return "a variable name with a subscript that bash evaluates (it may run a $(…) in it)"
     plain = _NUMERIC_SUBSTITUTION.sub("0", text) if "$(" in text else text  # numbers stand for those
     arithmetic = _arithmetic_texts(plain)
