@@ -613,3 +613,43 @@ def test_bash_runs_what_the_second_review_hid(spelling, tmp_path):
     marker = tmp_path / "ran"
     subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
     assert marker.exists(), spelling
+
+
+# T. the third attacker review: a value built with printf escapes ('a\x5b$\x28…\x29]' prints
+#    "a[$(…)]", which no pattern sees in the line) reached arithmetic through a bare-name copy
+#    (y=x), an implicit variable (REPLY, MAPFILE, $_), positional parameters, a bundled
+#    printf -vx, an offset after a subscript (${a[@]:x}), declare +r -i or with options from a
+#    variable, a line continuation inside "((", or a name given by an expansion (read "$n",
+#    unset "$n"). Arithmetic now trusts only names the line sets to numbers (or copies of such
+#    names) and names it never sets; a command that binds a name only known when it runs is
+#    asked about.
+_P = "$(printf 'a\\x5b$\\x28rm -rf ~\\x29]')"
+THIRD_REVIEW = [
+    "printf -vx 'a\\x5b$\\x28rm -rf ~\\x29]'; echo $((x))", f"x={_P}; y=x; echo $((y))", f"x={_P}; y[0]=x; echo $((y))",
+    f"x={_P}; declare -a y=(x); echo $((y))", f'read <<< "{_P}"; echo $((REPLY))', f'mapfile <<< "{_P}"; echo $((MAPFILE))',
+    f': "{_P}"; echo $((_))', f'f() {{ echo $(($1)); }}; f "{_P}"', f'set -- "{_P}"; for x; do echo $((x)); done',
+    f"x={_P}; a=(1); echo ${{a[@]:x}}", f"x={_P}; declare +r -i y; y=x", f"x={_P}; o=-i; declare $o y; y=x",
+    f"x={_P}; (\\\n(x))", f'n={_P}; read "$n" <<< 1', f'n={_P}; printf -v"$n" 1', f'n={_P}; declare "$n"=1',
+    f'n={_P}; o=-n; declare $o r="$n"; echo $r', f'a=(1); n={_P}; unset "$n"', "read x < f; echo $((x))",
+]
+THIRD_REVIEW_STILL_READ = ["local i=0; while [ $i -lt 3 ]; do i=$((i+1)); done", 'read -p "$msg" x; echo $x',
+                           'export PATH="$HOME/bin:$PATH"', "declare -i n=0; n=$((n+1))", "x=abc; echo $((x))",
+                           'while read -r line; do echo "$line"; done < f', "i=0; echo $((i+1))"]
+
+
+@pytest.mark.parametrize("command", THIRD_REVIEW)
+def test_what_the_third_review_found_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("plan", command) != "allow", command
+
+
+@pytest.mark.parametrize("command", THIRD_REVIEW_STILL_READ)
+def test_arithmetic_on_numbers_the_line_sets_is_still_read(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+def test_bash_runs_a_value_built_by_printf_escapes(tmp_path):
+    marker = tmp_path / "ran"
+    line = f"x=$(printf 'a\\x5b$\\x28touch {marker}\\x29]'); y=x; echo $((y))"
+    subprocess.run(["bash", "-c", line], capture_output=True, cwd=tmp_path)
+    assert marker.exists()

@@ -39,7 +39,7 @@ _NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
 # test -v, [ -v, [[ -v, printf -v, wait -p NAME (a name given by an expansion may hold one too);
 # only in those commands: mkdir -p "$d", grep -v "$x" name no variable
-_OPTION_SUBSCRIPT = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s+\S*[\[$]")
+_OPTION_SUBSCRIPT = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s*\S*[\[$]")
 _NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
 _TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
                               r"[^;&|\n]*\[")
@@ -56,10 +56,9 @@ _NUMERIC_SUBSTITUTION = re.compile(r"\$\([^()`]*\|\s*wc(?:\s+-[lcwm]+)*\s*\)|\$\
                                    r"\$\(\s*seq(?:\s+-?[0-9]+)+\s*\)")
 # names whose values are read when the line runs: read, mapfile, getopts, printf -v, wait -p,
 # the variable of a for/select over a list that expands (a glob, $x, $(…))
-_READERS = re.compile(r"(?:read|mapfile|readarray|getopts|printf\s+-v|wait\s+-p)\b([^;&|\n)]*)")
-_READER_WORDS = ("read", "mapfile", "getopts", "printf", "wait")
-_LOOP = re.compile(r"\b(?:for|select)\s+(" + _NAME + r")\s+in\b([^;\n]*)")
-_ASSIGNED = re.compile(r"(?:^|(?<=[\s;&|(){}`]))(" + _NAME + r")(?:\[[^]]*\])?\+?=((?:\"[^\"]*\"|'[^']*'|\S)*)")
+# NAME=VALUE (VALUE: up to an operator or a blank, an $((…)) or an array (…) whole)
+_ASSIGNED = re.compile(r"(?:^|(?<=[\s;&|(){}`]))(" + _NAME + r")(?:\[[^]]*\])?\+?="
+                       r"((?:\$\(\((?:[^()]|\([^()]*\))*\)\)|\([^()]*\)|\"[^\"]*\"|'[^']*'|[^\s;&|<>()])*)")
 _USES = re.compile(r"\$\{?#?(" + _NAME + r")|(?<![$\w])(" + _NAME + r")")
 _POSITIONAL = re.compile(r"\$\{?[1-9@*]")
 
@@ -68,10 +67,9 @@ _ARITHMETIC_TESTS = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
 _DECLARERS = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
 _LET = re.compile(r"let\s+([^;&|\n]*)")
 _SEPARATORS = re.compile(r"[;&|\n]")
-_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\]|:(?![-=+?])[^}]*)")
+_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\](?::(?![-=+?])[^}]*)?|:(?![-=+?])[^}]*)")
 _SUBSCRIPT_ASSIGNED = re.compile(r"(\[[^]]*\])\+?=")  # a[i]=…, a=([i]=…)
-_INTEGER_DECLARED = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*i"
-                               r"[A-Za-z]*\s([^;&|\n]*)")
+_DECLARATION = re.compile(r"(?:declare|typeset|local)\s([^;&|\n]*)")
 
 
 _COMMAND_START = frozenset(" \t\n;&|({`!")  # what may stand before a command's name
@@ -124,39 +122,108 @@ def _arithmetic_texts(text: str) -> list[str]:
         out += _SUBSCRIPT_OR_OFFSET.findall(text)
     if "]=" in text or "]+=" in text:
         out += _SUBSCRIPT_ASSIGNED.findall(text)
-    if any(word in text for word in _DECLARERS):  # declare -i x=value
-        out += [m.group(1) for m in _at_words(text, _DECLARERS, _INTEGER_DECLARED)]
+    if any(word in text for word in _DECLARERS):  # declare -i x=value, declare +r -i y, declare $o y
+        for m in _at_words(text, _DECLARERS, _DECLARATION):
+            words = m.group(1).split()
+            if any((w[:1] in "-+" and "i" in w) or w.startswith("$") for w in words):
+                out.append(m.group(1))
     return out
 
 
-def _tainted(text: str) -> set[str]:
-    """Names whose values may hold code: read when the line runs, or assigned the output of a
-    command, or another tainted name's value (followed through the line's assignments)."""
-    tainted: set[str] = set()
-    for m in _at_words(text, _READER_WORDS, _READERS):
-        tainted.update(re.findall(_NAME, m.group(1)))
-    if "for" in text or "select" in text:
-        for m in _LOOP.finditer(text):
-            if re.search(r"[*?[$`]", m.group(2)):
-                tainted.add(m.group(1))
-    flows: list[tuple[str, set[str]]] = []
+# variables commands set without naming them: untrusted wherever arithmetic reads them
+_IMPLICIT = frozenset({"REPLY", "MAPFILE", "_", "BASH_REMATCH", "OPTARG", "COPROC", "BASH_ARGV", "BASH_ARGC",
+                       "BASH_COMMAND", "READLINE_LINE", "BASH_EXECUTION_STRING"})
+_BINDERS = ("read", "mapfile", "readarray", "getopts", "printf", "wait", "declare", "typeset", "local", "export",
+            "readonly", "unset", "for", "select", "coproc")
+_SEGMENT_END = re.compile(r"[;&|\n<>]")
+_VALUE_OPTIONS = {"read": ("-d", "-i", "-n", "-N", "-p", "-t", "-u"), "mapfile": ("-d", "-n", "-O", "-s", "-u", "-c"),
+                  "readarray": ("-d", "-n", "-O", "-s", "-u", "-c")}
+_NUMBER_VALUE = re.compile(r"[+-]?[0-9]*|\$\(\(.*\)\)|\(\s*(?:[+-]?[0-9]+\s*)*\)", re.DOTALL)
+_COPY_VALUE = re.compile(r"\$?\{?(" + _NAME + r")\}?")
+
+
+def _bindings(text: str) -> tuple[set[str], str | None]:
+    """Names the line's commands set from what runs (read, mapfile, for, printf -v …), and why
+    no name can be trusted, when a command takes a name only known when it runs (``read "$n"``,
+    ``declare $o y``)."""
+    bound: set[str] = set()
+    for word in _BINDERS:
+        at = text.find(word)
+        while at >= 0:
+            if (at == 0 or text[at - 1] in _COMMAND_START) and text[at + len(word):at + len(word) + 1] in (" ", "\t"):
+                end = _SEGMENT_END.search(text, at)
+                words = text[at + len(word):end.start() if end is not None else len(text)].split()
+                why = _bind(word, words, bound)
+                if why is not None:
+                    return bound, why
+            at = text.find(word, at + 1)
+    return bound, None
+
+
+def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
+    """Add to ``bound`` what one command sets from what runs; why nothing can be trusted, or None."""
+    if command in ("for", "select"):
+        if words:
+            if len(words) < 2 or words[1] != "in" or not all(w.lstrip("+-").isdigit() for w in words[2:]):
+                bound.add(words[0])  # over the positional parameters, or over words that are not numbers
+        return None
+    if command == "printf":
+        for k, w in enumerate(words):
+            if w.startswith("-v"):
+                name = w[2:] or (words[k + 1] if k + 1 < len(words) else "")
+                if "$" in name or "`" in name:
+                    return "printf -v with a name only known when it runs"
+                bound.add(name.split("[")[0])
+        return None
+    skip = _VALUE_OPTIONS.get(command, ())
+    value_next = False
+    for w in words:
+        if value_next:
+            value_next = False
+            continue
+        if w.startswith(("-", "+")) and command != "coproc":
+            value_next = w in skip
+            continue
+        name = w.split("=", 1)[0]
+        if "$" in name or "`" in name:
+            return f"{command} with a name or an option only known when it runs"
+        if command not in ("declare", "typeset", "local", "export", "readonly", "unset") or "=" not in w:
+            if command not in ("declare", "typeset", "local", "export", "readonly", "unset"):
+                bound.add(name.split("[")[0])
+    return None
+
+
+def _untrusted(used: set[str], text: str) -> str | None:
+    """The first of ``used`` (names arithmetic evaluates) whose value may not be a number:
+    set implicitly (REPLY …), bound by a command from what runs, or assigned anything but
+    numbers, ``$((…))`` or a copy of a trusted name (arithmetic evaluates a name's value as an
+    expression again, so a copy is as good as what it copies). A name the line never sets is
+    the environment's. Why none can be trusted, when a command binds a name only known then."""
+    bound, why = _bindings(text)
+    if why is not None:
+        return why
+    values: dict[str, list[str]] = {}
     for m in _ASSIGNED.finditer(text) if "=" in text else ():
-        name, value = m.group(1), m.group(2)
-        if _SUBSTITUTION.search(value) or "<(" in value or (value.startswith("(") and re.search(r"[*?[]", value)):
-            tainted.add(name)  # (a=(*): an array of file names)
-        elif "$" in value:
-            flows.append((name, {a or b for a, b in _USES.findall(value.replace("$((", " ("))}))
-    for m in re.finditer(r"\$\{(" + _NAME + r"):?=([^}]*)", text):  # ${x:=value}
-        if _SUBSTITUTION.search(m.group(2)) or "$" in m.group(2):
-            tainted.add(m.group(1))
-    changed = True
-    while changed:  # x=$y: x is tainted when y is
-        changed = False
-        for name, sources in flows:
-            if name not in tainted and sources & tainted:
-                tainted.add(name)
-                changed = True
-    return tainted
+        values.setdefault(m.group(1), []).append(m.group(2))
+    for m in re.finditer(r"\$\{(" + _NAME + r"):?[-=?+]?=([^}]*)", text):  # ${x:=value}
+        values.setdefault(m.group(1), []).append(m.group(2))
+    trusted: dict[str, bool] = {}
+
+    def trust(name: str) -> bool:
+        if name in trusted:
+            return trusted[name]
+        trusted[name] = False  # (a cycle: not trusted)
+        ok = name not in _IMPLICIT and name not in bound and all(
+            _NUMBER_VALUE.fullmatch(v) is not None
+            or ((copy := _COPY_VALUE.fullmatch(v)) is not None and trust(copy.group(1)))
+            for v in values.get(name, ()))
+        trusted[name] = ok
+        return ok
+
+    for name in sorted(used):
+        if not trust(name):
+            return f"arithmetic on {name!r}, a value that may not be a number (a subscript in it would run a $(…))"
+    return None
 
 
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
@@ -169,7 +236,7 @@ def _flat(text: str) -> str:
     patterns find in the line as written they find here too (quoted text reads as code)."""
     if "$'" in text:
         text = _ANSI_C.sub(lambda m: _ansi_c(m.group(1)), text)
-    return text.replace("\\", "").replace("'", "").replace('"', "")
+    return text.replace("\\\n", "").replace("\\", "").replace("'", "").replace('"', "")
 
 
 def evaluated_code(text: str) -> str | None:
@@ -184,11 +251,17 @@ def _evaluated_code(text: str) -> str | None:
     if "${!" in text and _INDIRECTION.search(text):
         return "an indirect expansion (${!x}) evaluates a name only known when it runs"
     # (each pattern only where a substring it needs is present: most lines have none)
-    if any(word in text for word in _DECLARERS) and _at_words(text, _DECLARERS, _NAMEREF):
-        return "a nameref (declare -n) evaluates a name only known when it runs"
+    if any(word in text for word in _DECLARERS) and (
+            _at_words(text, _DECLARERS, _NAMEREF)
+            or any(w.startswith("$") for m in _at_words(text, _DECLARERS, _DECLARATION) for w in m.group(1).split())):
+        return "a nameref (declare -n), or a declaration whose options or names are only known when it runs"
     if (("-v" in text or "-p" in text) and ("[" in text or "$" in text) and _OPTION_SUBSCRIPT.search(text)) \
             or ("[" in text and _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
         return "a variable name with a subscript that bash evaluates (it may run a $(…) in it)"
+    if "$" in text or "`" in text:
+        dynamic = _bindings(text)[1]  # read "$n", unset "$n": a name, and a subscript in it, known when it runs
+        if dynamic is not None:
+            return dynamic
     plain = _NUMERIC_SUBSTITUTION.sub("0", text) if "$(" in text else text  # numbers stand for those
     arithmetic = _arithmetic_texts(plain)
     if not arithmetic:
@@ -197,12 +270,9 @@ def _evaluated_code(text: str) -> str | None:
         return "arithmetic on a value that may hold a subscript with a $(…), which bash runs"
     if any(_SUBSTITUTION.search(part) for part in arithmetic):
         return "arithmetic on the output of a command (a subscript in it would run a $(…))"
-    if any(_POSITIONAL.search(part) for part in arithmetic) and re.search(r"\bset\s", plain):
-        return "arithmetic on positional parameters the line sets"
+    if any(_POSITIONAL.search(part) for part in arithmetic):
+        return "arithmetic on positional parameters (a function's or set's arguments)"
     used = {a or b for part in arithmetic for a, b in _USES.findall(part)}
     if not used:  # arithmetic on numbers only
         return None
-    hit = sorted(used & _tainted(plain))
-    if hit:
-        return f"arithmetic on {hit[0]!r}, a value read when the line runs (a subscript in it would run a $(…))"
-    return None
+    return _untrusted(used, plain)
