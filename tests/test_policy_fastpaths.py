@@ -596,3 +596,23 @@ def test_a_trailing_slash_is_judged_as_normpath_drops_it(tree):
             cache: dict[str, str] = {}
             assert sp.protected_path(w + "/", places, cwd, cache) == sp.protected_path(w + "/.", places, cwd, {}), w
     assert sp.protected_path("to_agent/", places) is not None
+
+
+def test_option_subscript_is_the_pattern_s_search():
+    """evaluated._option_subscript tries _OPTION_SUBSCRIPT only where a match can start: the same
+    answer as the pattern's search at every character, on random lines of the pieces it reads."""
+    import random
+
+    from agent_code.policy import evaluated
+
+    pieces = ["test", "printf", "wait", "[", "[[", "]]", "]", " ", " ", "\t", "\n", ";", "&", "|", "-v", "-p",
+              "-vx", "a", "a[", "$x", "$(", "x", "_test", "atest", "-", "v", "p", "é", "\u00a0", "=", "'", "1",
+              " -v ", " -p a[", "test ", "[ ", " x[", " $y"]
+    rng = random.Random(7)
+    found = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 14)))
+        expected = evaluated._OPTION_SUBSCRIPT.search(text) is not None
+        assert evaluated._option_subscript(text) is expected, text
+        found += expected
+    assert found > 500  # the lines were ones the pattern finds, often enough to compare

@@ -40,6 +40,7 @@ _NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*
 # test -v, [ -v, [[ -v, printf -v, wait -p NAME (a name given by an expansion may hold one too);
 # only in those commands: mkdir -p "$d", grep -v "$x" name no variable
 _OPTION_SUBSCRIPT = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s*\S*[\[$]")
+_OPTION_TAKERS = ("test", "printf", "wait", "[")  # where a match of _OPTION_SUBSCRIPT can start
 _NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
 _TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
                               r"[^;&|\n]*\[")
@@ -89,6 +90,20 @@ def _at_words(text: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> li
                     found.append(m)
             at = text.find(word, at + 1)
     return found
+
+
+def _option_subscript(text: str) -> bool:
+    """``_OPTION_SUBSCRIPT.search(text)``, tried only where a match can start (an occurrence
+    of one of ``_OPTION_TAKERS``): the search itself tries the pattern at every character,
+    a tenth of a millisecond on a 2 kB line (tests/test_policy_fastpaths.py compares them)."""
+    match = _OPTION_SUBSCRIPT.match
+    for word in _OPTION_TAKERS:
+        at = text.find(word)
+        while at >= 0:
+            if match(text, at) is not None:
+                return True
+            at = text.find(word, at + 1)
+    return False
 
 
 def _arithmetic_texts(text: str) -> list[str]:
@@ -255,7 +270,7 @@ def _evaluated_code(text: str) -> str | None:
             _at_words(text, _DECLARERS, _NAMEREF)
             or any(w.startswith("$") for m in _at_words(text, _DECLARERS, _DECLARATION) for w in m.group(1).split())):
         return "a nameref (declare -n), or a declaration whose options or names are only known when it runs"
-    if (("-v" in text or "-p" in text) and ("[" in text or "$" in text) and _OPTION_SUBSCRIPT.search(text)) \
+    if (("-v" in text or "-p" in text) and ("[" in text or "$" in text) and _option_subscript(text)) \
             or ("[" in text and _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
         return "a variable name with a subscript that bash evaluates (it may run a $(…) in it)"
     if "$" in text or "`" in text:
