@@ -132,3 +132,30 @@ def test_ordinary_lines_are_judgeable(command):
 @pytest.mark.parametrize("command", ["echo 'x", "ls )", "if true; then", "for x in; do", "a && "])
 def test_syntax_errors_are_reported(command):
     assert parse(command).errors and analyze(command).errors
+
+
+def test_a_command_name_with_a_literal_dollar_is_listed_once_not_unwound_forever():
+    """A name holding a literal "$" whose pattern differs from its escaped text but has no brace
+    (found by the differential fuzz, seed 1): _each_program called _expand_argv with the same
+    command again, without end, until Python's recursion limit made the analysis opaque (500
+    copies of the command, 10 ms). Now it is listed once and the line is judged."""
+    text = ('zq54 \'\x0b!@\'\'c`>b\x0b\' #--x=1 "!/\n\n\\"""\n;/}" | zq55 \'\r-\' $\'\\t\'%=c,\'"}:,\' '
+            '$\'\\x41\' \'=\r#\t(\'! || zq56 ,"\n". "\\`=\t9]"">/\x0c"')
+    analysis = analyze(text)
+    assert not analysis.opaque
+    names = [c.argv[0] for c in analysis.commands if c.argv]
+    assert len(names) == len(set(names)) < 10, names
+
+
+def test_wrappers_and_names_unwound_past_the_depth_limit_make_the_line_opaque(monkeypatch):
+    """However _expand_argv comes to call itself again (a name, a wrapper), it stops at
+    MAX_DEPTH: the line is opaque (the policy asks), never a RecursionError's depth of work."""
+    from agent_code.policy import commands
+
+    def again(leaf, shape, redirects, sub_programs, depth, out):  # a name that always expands anew
+        commands._expand_argv(leaf, redirects, sub_programs, depth + 1, out, shape)
+
+    monkeypatch.setattr(commands, "_each_program", again)
+    analysis = analyze("for c in a b; do ${c}x; done; $'\\x24'{a,b}")
+    assert analysis.opaque
+    assert len(analysis.commands) <= 4 * (commands.MAX_DEPTH + 2)

@@ -633,9 +633,11 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
                  depth: int, out: Analysis, patterns: tuple[str, ...] = (),
                  previous: tuple[Stage, Command | None] | None = None) -> Command | None:
     """Add the command ``argv`` (its wrappers first) to ``out``; the command finally run."""
-    # Keep the nesting of calls here as it is: a line that recurses without end (``$x``
-    # spelled as itself) stops at Python's recursion limit, and how many frames each level
-    # takes decides how much of it the (opaque) analysis lists.
+    # a line that unwinds without end (a wrapper or a name that expands to itself) stops
+    # here, as deep as substitutions may go: the analysis is opaque (the policy asks)
+    if depth > MAX_DEPTH:
+        out.opaque = True
+        return None
     first = argv[0] if argv else ""
     program = first if "/" not in first else program_name(first)  # program_name(first), without a call
     chain: Sequence[tuple[tuple[str, ...], str, bool]]
@@ -702,6 +704,8 @@ def _each_program(leaf: tuple[str, ...], shape: tuple[str, ...], redirects: tupl
     if any(UNKNOWN in a or re.search(r"(?<!\\)[*?[]", a) for a in alternatives):
         out.unknown.append(f"the command name {leaf[0]!r} is only known when it runs")
         return
+    if alternatives == [shape[0]]:
+        return  # no brace in it: the one name it may be is the one listed (its own call would loop)
     for alternative in alternatives:
         name = re.sub(r"\\(.)", r"\1", alternative)
         _expand_argv((name, *leaf[1:]), redirects, sub_programs, depth + 1, out, (alternative, *shape[1:]))
