@@ -616,3 +616,23 @@ def test_option_subscript_is_the_pattern_s_search():
         assert evaluated._option_subscript(text) is expected, text
         found += expected
     assert found > 500  # the lines were ones the pattern finds, often enough to compare
+
+
+def test_assignments_are_the_pattern_s_finditer():
+    """evaluated._assignments tries _ASSIGNED only at the start of a name before an "=": the
+    same matches as the pattern's finditer at every character, on random lines of the pieces
+    it reads (subscripts with "[" and "]" inside, "+=", values that run over later "=")."""
+    import random
+
+    from agent_code.policy import evaluated
+
+    pieces = ["a", "x1", "_", "9", "=", "+=", "+", "[", "]", "[i]", "a[", "]=", " ", "\t", "\n", ";", "&", "|", "(",
+              ")", "{", "}", "`", "$((", "))", "$", '"', "'", "<", "é", "\u00a0", "\x1c", "x=", " y=1", "a[b]=", "-"]
+    rng = random.Random(11)
+    found = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 16)))
+        expected = [(m.span(), m.groups()) for m in evaluated._ASSIGNED.finditer(text)]
+        assert [(m.span(), m.groups()) for m in evaluated._assignments(text)] == expected, text
+        found += len(expected)
+    assert found > 5000
