@@ -399,7 +399,7 @@ GLUED_WORDS = [
     'for x in a; do "r"\\m -rf ~; done', 'export X="a"\\b; rm -rf ~',
 ]
 GLUED_READ = ["echo a\\ b", "echo \\m", "ls my\\ dir/", "printf '%s\\n' a", "echo a\\\\b", "make \\\n  all",
-              "sed -e 's/a\\/b/'", "echo ${x#\\*}", "grep -e \\-x f", "echo a;\\\nls"]
+              "sed -e 's/a\\/b/c/'", "echo ${x#\\*}", "grep -e \\-x f", "echo a;\\\nls"]
 
 
 @pytest.mark.parametrize("command", GLUED_WORDS)
@@ -653,3 +653,76 @@ def test_bash_runs_a_value_built_by_printf_escapes(tmp_path):
     line = f"x=$(printf 'a\\x5b$\\x28touch {marker}\\x29]'); y=x; echo $((y))"
     subprocess.run(["bash", "-c", line], capture_output=True, cwd=tmp_path)
     assert marker.exists()
+
+
+# U. the fourth attacker review (29 lines, each approved before, 27 proved by bash running a
+#    marker as nobody): builtins and options that run a command they are given as a word (fc
+#    with history -s/-r, strace/ltrace -o '|CMD', flock -c, sed's e command and s///e, w,
+#    split --filter, tar's --checkpoint-action=exec= / -I / --to-command); variables whose value
+#    git, an editor, less or a child bash runs (GIT_CONFIG_PARAMETERS, GIT_CONFIG_COUNT+KEY+VALUE,
+#    LESSOPEN, BASH_FUNC_ls%%); evaluated values that slipped past the number tests (a nameref
+#    after +x, `$((1))+…+$((0))`, an array value with nested parentheses, wc/nproc/seq defined as
+#    functions, `read <<<"…" x` and `read<<<`); `rm -rf ~/.*` (every dot-file of the home); and
+#    under an allow rule, variables set without "=" (for HOME in …, xargs --process-slot-var,
+#    strace -EVAR=) and a wrapper's own output file (strace -o FILE).
+FOURTH_REVIEW = [
+    "history -s 'rm -rf ~'; fc -s", "history -s x; fc -e 'rm -rf ~;:'", "echo 'rm -rf ~' > h; history -r h; fc -s",
+    "env 'BASH_FUNC_ls%%=() { rm -rf ~; }' bash -c ls",
+    f"v={_P}; declare +x -n r=$v; echo $r", "declare +x -n r=PS$((4)); r='$(rm -rf ~)'; set -x; :",
+    "f() { local +r -n r=PS$((4)); r='$(rm -rf ~)'; }; f; set -x; :",
+    f"x=$((1))+{_P}+$((0)); echo $((x))", f'a=("{_P}"); echo $((a))', f'a+=("{_P}"); echo $((a))',
+    "wc() { printf 'a\\x5b$\\x28rm -rf ~\\x29]'; }; x=$(echo | wc -l); echo $((x))",
+    "nproc() { printf 'a\\x5b$\\x28rm -rf ~\\x29]'; }; x=$(nproc); echo $((x))",
+    "seq() { printf 'a\\x5b$\\x28rm -rf ~\\x29]'; }; x=$(seq 1); echo $((x))",
+    f'read -r <<<"{_P}" x; echo $((x))', f'read<<<"{_P}" x; echo $((x))',
+    "strace -o '|rm -rf ~' true", "flock f -c 'rm -rf ~'", "sed -n '1e rm -rf ~' <<< x", "sed 's/x/rm -rf ~/e' f",
+    "sed 's/[/]/a;b/e' f", "sed 's/a/b/w .agent/settings.json' f", "split --filter='rm -rf ~' /etc/hostname",
+    "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='rm -rf ~' /etc/hostname", "tar -I 'rm -rf ~;:' -cf x f",
+    "LESSOPEN='|rm -rf ~ %s' less /etc/hostname", "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor=rm -rf ~ #'\" git status",
+    "GIT_EDITOR='rm -rf ~;:' git commit", "rm -rf ~/.*", "rm -rf ~/.??*", "rm -rf ~/.[!.]*", "rm -rf /.*",
+]
+FOURTH_REVIEW_UNDER_A_RULE = [
+    "for HOME in /tmp/evil; do git status; done", "for PATH in /tmp/evil; do git status; done",
+    "xargs --process-slot-var=GIT_CONFIG_GLOBAL git status </dev/null", "strace -o /dev/null -EGIT_CONFIG_GLOBAL=0 git status",
+    "strace -o '|touch x' git status", "strace -f -o ./straceout git status", "command time -o ~/.bashrc git status",
+]
+FOURTH_REVIEW_STILL_READ = [
+    "GIT_EDITOR=true git rebase --continue", "GIT_PAGER=cat git log -3", "fc -l", "flock /tmp/build.lock make",
+    "sed -n '/start/,/end/{p}' f", "sed -i.bak -e 's/a/b/g' -e '/^#/d' f", "sed 's/[[:space:]]*$//' f",
+    "sed '1i header' f", "sed 's|/usr|/opt|g; s/x/y/2' f", "split -l 100 big.txt part_", "tar czf dist.tgz src",
+    "tar -xzf dist.tgz -C out", "strace -c ls", "rm -rf build/.cache", "rm -f ~/.*.swp", "rm -rf .pytest_cache/.*",
+    "x=$((1+2)); echo $((x))", 'read -r a b <<< "$line"; echo "$a"', "j=$(( $(nproc) * 2 )); make -j$j",
+]
+
+
+@pytest.mark.parametrize("command", FOURTH_REVIEW)
+def test_what_the_fourth_review_found_is_refused_or_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("plan", command) != "allow", command
+
+
+@pytest.mark.parametrize("command", FOURTH_REVIEW_UNDER_A_RULE)
+def test_what_the_fourth_review_found_is_not_approved_by_a_rule_for_what_it_wraps(command):
+    assert decision("default", command, ("bash(git status:*)",)) != "allow", command
+
+
+@pytest.mark.parametrize("command", FOURTH_REVIEW_STILL_READ)
+def test_ordinary_lines_beside_the_fourth_review_stay_allowed(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+def test_loop_variables_that_are_no_environment_variable_keep_a_rule():
+    assert decision("default", 'for f in *.py; do git diff "$f"; done', ("bash(git diff:*)",)) == "allow"
+
+
+@pytest.mark.parametrize("spelling", [
+    "history -s 'touch {marker}'; fc -s", "sed -n '1e touch {marker}' <<< x", "split --filter='touch {marker}' /etc/hostname",
+    "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='touch {marker}' /etc/hostname",
+    "flock {marker}.lock -c 'touch {marker}'", "env 'BASH_FUNC_ls%%=() {{ touch {marker}; }}' bash -c ls",
+    "x=$((1))+$(printf 'a\\x5b$\\x28touch {marker}\\x29]')+$((0)); echo $((x))",
+    "read -r <<<\"$(printf 'a\\x5b$\\x28touch {marker}\\x29]')\" x; echo $((x))",
+])
+def test_bash_runs_what_the_fourth_review_hid(spelling, tmp_path):
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
+    assert marker.exists(), spelling

@@ -245,12 +245,11 @@ def _alternative_protected_before(p: str, home: str | None) -> bool:
     if any(regex.fullmatch(c) for c in candidates):
         return True
     parent, _, last = path.rpartition("/")
-    parent = parent if path.startswith("/") and parent else (parent or ".")
-    if path.startswith("/") and parent == "":
-        parent = "/"
+    parent = parent or ("/" if path.startswith("/") else ".")
     if dl._is_glob(last) and not dl._is_glob(parent) and _is_protected_before(dl._unescape(parent), home):
         last_regex = dl._glob_regex(last)
-        return sum(bool(last_regex.fullmatch(probe)) for probe in dl._PROBES) >= 3
+        return (sum(bool(last_regex.fullmatch(probe)) for probe in dl._PROBES) >= 3
+                or sum(bool(last_regex.fullmatch(probe)) for probe in dl._DOT_PROBES) >= 3)
     return False
 
 
@@ -262,7 +261,8 @@ def _possibly_protected_before(pattern: str, home: str | None = None) -> bool:
 
 _LASTS = ["build", "etc", "usr", "bin", "alice", "root", "home", "b\\in", "e\\tc", "\\*", "\\[x", "x\\",
           "\\\\", "\\\\*", "\\\\\\*", "[", "[ab]", "[!a]", "[e]tc", "e?c", "*", "?", "*.py", "u*", "us?", "al*",
-          "..", ".", "", "~", "~alice", "a]b", "\\]", "*\\", "lib64", "snap", "Users", "\n", "a\nb", ".*"]
+          "..", ".", "", "~", "~alice", "a]b", "\\]", "*\\", "lib64", "snap", "Users", "\n", "a\nb", ".*",
+          ".??*", ".[!.]*", ".s*"]
 _HEADS = ["", "/", "//", "./", "../", "/tmp/", "/tmp/../", "~/", "~", "~alice/", "~+/", "$HOME/", "${HOME}/",
           UNKNOWN, UNKNOWN_QUOTED, UNKNOWN + "/", UNKNOWN_QUOTED + "/", "/" + UNKNOWN + "/", "a/" + UNKNOWN + "/x/",
           "/home/", "/home/alice/", "{/,/tmp/}", "{a,b}/", "/e\\tc/", "/proc/1/cwd/", "/dev/fd/3/"]

@@ -355,7 +355,6 @@ MAYBE_COMMANDS = [
     "find . -delete",
     "find . -name config -exec sed -i s/a/b/ {} +",
     "python3 -c \"open('.agent/settings.json', 'w').write('{}')\"",
-    "sed 's/a/b/w .agent/settings.json' src/app.py",
     "awk '{print > \".git/config\"}' src/app.py",
     "sed -Ei s/a/b/ \"$F\"",
     "curl -o \"$OUT\" https://example.com/x",

@@ -119,8 +119,15 @@ _EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano"
 # a variable whose value a shell runs (or expands as a prompt) later: set in any way (`PS4=`,
 # `PS4+=`, `printf -v PS4`, `read PS4`, `export BASH_ENV`…), or a table that rebinds a
 # command's name (BASH_CMDS, BASH_ALIASES)
-_STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|BASHOPTS|BASH_FUNC_\w*|BASH_CMDS"
-                  r"|BASH_ALIASES|BASH_LOADABLES_PATH|EXECIGNORE)")
+# (BASH_FUNC_NAME%%: an exported function, which a child bash defines from the environment); and
+# variables whose value another program runs as a command or reads its config from (git's
+# GIT_CONFIG_PARAMETERS / GIT_CONFIG_COUNT+KEY_n+VALUE_n, an editor, less's input filter …)
+_STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|BASHOPTS|BASH_FUNC_[^\s=]*|BASH_CMDS"
+                  r"|BASH_ALIASES|BASH_LOADABLES_PATH|EXECIGNORE"
+                  r"|GIT_CONFIG_PARAMETERS|GIT_CONFIG_COUNT|GIT_CONFIG_KEY_\w*|GIT_CONFIG_VALUE_\w*|GIT_CONFIG_GLOBAL"
+                  r"|GIT_CONFIG_SYSTEM|GIT_CONFIG|GIT_EXTERNAL_DIFF|GIT_SSH|GIT_SSH_COMMAND|GIT_PROXY_COMMAND"
+                  r"|GIT_ASKPASS|SSH_ASKPASS|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|(?:GIT_EDITOR|GIT_SEQUENCE_EDITOR|EDITOR|VISUAL)(?!=(?:true|cat|:)(?:[\s;&|)]|$))"
+                  r"|LESSOPEN|LESSCLOSE|LD_PRELOAD|LD_AUDIT|BROWSER)")
 _SHELL_STARTUP_VARIABLES = re.compile(r"\b" + _STARTUP_NAMES + r"(?:\[[^]]*\])?\+?=|\b(?:printf\s+-v|read|export|declare"
                                       r"|typeset|local|readonly|mapfile|readarray|getopts|wait\s+-p)\b[^;&|\n]*\b"
                                       + _STARTUP_NAMES + r"\b")
@@ -131,7 +138,8 @@ def _may_name_startup_code(text: str) -> bool:
     holds: the regex tries its alternatives at every character (0.1 ms on a 2 kB
     line), these substring tests take a microsecond."""
     return "ENV" in text or "OPTS" in text or "PS" in text or "PROMPT_COMMAND" in text or "BASH_" in text \
-        or "EXECIGNORE" in text
+        or "EXECIGNORE" in text or "GIT_" in text or "EDITOR" in text or "VISUAL" in text or "LESS" in text \
+        or "LD_" in text or "BROWSER" in text
 
 
 _RUNS_MORE = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
@@ -466,6 +474,16 @@ def _walk_script(script: Script, depth: int, out: Analysis) -> None:
         pipelines.append(tuple(leaves))
 
 
+def own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
+    """A wrapper's own words (without the command it runs, listed next); others' all."""
+    c = commands[index]
+    if c.wrapper is not None and index + 1 < len(commands):
+        nxt = commands[index + 1].argv
+        if nxt and len(nxt) < len(c.argv) and c.argv[-len(nxt):] == nxt:
+            return c.argv[:-len(nxt)]
+    return c.argv
+
+
 def _first_leaf(script: Script) -> Command | None:
     """What stands for a compound stage in a pipeline: a downloader or a shell in it (the
     command first run by the first of its pipelines that runs one)."""
@@ -733,7 +751,158 @@ def _runs_or_rebinds(commands: list[Command], text: str) -> str | None:
             return "enable loads or turns off builtins"
         if program == "alias" and "expand_aliases" in text:
             return "an alias rebinds a command's name"
+        runs = _runs_given_command(program, c.argv)
+        if runs is not None:
+            return runs
     return None
+
+
+_TAR_RUNS = ("--to-command", "--checkpoint-action", "--use-compress-program", "--info-script", "--new-volume-script",
+             "--rsh-command", "--rmt-command")
+
+
+def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
+    """Options and builtins that run a shell command they are given, which the line shows only
+    as a word: ``fc`` (it runs history entries, or its -e editor), ``strace``/``ltrace -o
+    '|CMD'``, ``flock -c CMD``, ``split --filter=CMD``, tar's ``--checkpoint-action=exec=``,
+    ``-I``/``--use-compress-program``, ``--to-command``, ``-F``/``--info-script``, and sed's ``e``
+    command, ``s///e`` and ``w`` (a file it writes)."""
+    words = argv[1:]
+    if program == "fc" and not any(w.startswith("-") and "l" in w and not w.startswith("--") for w in words):
+        return "fc runs commands from the shell's history (or its -e editor)"
+    if program in ("strace", "ltrace"):
+        for k, w in enumerate(words):
+            if not w.startswith("-"):
+                break  # the traced command
+            value = words[k + 1] if w in ("-o", "--output") and k + 1 < len(words) else \
+                w[2:] if w.startswith("-o") else w.split("=", 1)[1] if w.startswith("--output=") else ""
+            if value.startswith(("|", "!")):
+                return f"{program} -o '|…' pipes its output into a shell command"
+    if program == "flock" and any(w in ("-c", "--command") or w.startswith("--command=") for w in words):
+        return "flock -c runs a shell command"
+    if program == "split" and any(w.startswith("--filter") for w in words):
+        return "split --filter runs a shell command"
+    if program in ("tar", "gtar", "bsdtar") and any(
+            w.startswith(_TAR_RUNS) or (w.startswith("-") and not w.startswith("--") and ("I" in w or "F" in w))
+            or (k == 0 and not w.startswith("-") and ("I" in w or "F" in w)) for k, w in enumerate(words)):
+        return f"{program} runs a program it is given (a compressor, a script, a checkpoint action)"
+    if program in ("sed", "gsed") and _sed_runs_or_writes(words):
+        return "a sed script that runs a command (e, s///e) or writes a file (w)"
+    return None
+
+
+def _sed_scripts(words: tuple[str, ...]) -> list[str] | None:
+    """The scripts of a sed command line (-e/--expression values, else the first operand);
+    None when one is read from a file (-f)."""
+    scripts: list[str] = []
+    operands: list[str] = []
+    k = 0
+    while k < len(words):
+        w = words[k]
+        if w in ("-e", "--expression") and k + 1 < len(words):
+            scripts.append(words[k + 1])
+            k += 2
+            continue
+        if w.startswith("--expression="):
+            scripts.append(w.split("=", 1)[1])
+        elif w in ("-f", "--file") or w.startswith("--file=") or (w.startswith("-") and not w.startswith("--")
+                                                                   and "f" in w[1:].split("i")[0]):  # (-i.SUFFIX)
+            return None
+        elif w.startswith("-e") and not w.startswith("--"):
+            scripts.append(w[2:])
+        elif w in ("-l", "--line-length") and k + 1 < len(words):
+            k += 1  # its value
+        elif not w.startswith("-") or w == "-":
+            operands.append(w)
+        k += 1
+    return scripts or operands[:1]
+
+
+_SED_ADDRESS = re.compile(r"\s*(?:[0-9]+(?:~[0-9]+)?|\$|/(?:[^/\\\n]|\\.)*/[IM]*|\\(.)(?:(?!\1).|\\.)*?\1[IM]*)?"
+                          r"\s*(?:,\s*(?:[+~]?[0-9]+|\$|/(?:[^/\\\n]|\\.)*/[IM]*))?\s*!?\s*", re.DOTALL)
+
+
+def _bracket_end(script: str, i: int) -> int:
+    """Where the bracket expression that opens at ``script[i]`` ends (past its "]"; a "]" first
+    or after "^" is a member, so are [:class:], [.x.] and [=x=]); the end of the script if it
+    does not close."""
+    j = i + 1
+    if script[j:j + 1] == "^":
+        j += 1
+    if script[j:j + 1] == "]":
+        j += 1
+    while j < len(script):
+        if script[j] == "[" and script[j + 1:j + 2] in (":", ".", "="):
+            close = script.find(script[j + 1] + "]", j + 2)
+            if close < 0:
+                return len(script)
+            j = close + 2
+            continue
+        if script[j] == "]":
+            return j + 1
+        j += 1
+    return len(script)
+
+
+def _sed_runs_or_writes(words: tuple[str, ...]) -> bool:
+    """Whether a sed script holds an ``e`` command, an ``s`` with the ``e`` or ``w`` flag, or a
+    ``w``/``W`` command (read the way GNU sed reads its commands; a script it cannot read, or
+    one from a file, counts)."""
+    scripts = _sed_scripts(words)
+    if scripts is None:
+        return True
+    for script in scripts:
+        i, n = 0, len(script)
+        while i < n:
+            if script[i] in " \t\n;{}":
+                i += 1
+                continue
+            if script[i] == "#":  # a comment, to the end of the line
+                i = script.find("\n", i)
+                i = n if i < 0 else i
+                continue
+            address = _SED_ADDRESS.match(script, i)  # (every part optional: it always matches)
+            i = address.end() if address is not None else n
+            if i >= n:
+                break
+            command = script[i]
+            if command in "ewW":
+                return True
+            if command in "sy":
+                if i + 1 >= n:
+                    return True
+                delimiter, i, parts = script[i + 1], i + 2, 0
+                while i < n and parts < 2:
+                    if script[i] == "\\":
+                        i += 2
+                        continue
+                    if script[i] == "[" and parts == 0 and command == "s":  # a bracket expression: its
+                        i = _bracket_end(script, i)  # delimiters are literal for GNU sed (s/[/]/x/)
+                        continue
+                    if script[i] == delimiter:
+                        parts += 1
+                    i += 1
+                if parts < 2:
+                    return True  # not read here (sed may read it otherwise)
+                flags = i
+                while i < n and script[i] not in ";\n}":
+                    i += 1
+                if command == "s" and ("e" in script[flags:i] or "w" in script[flags:i]):
+                    return True
+                continue
+            if command in "aic:bTtrRqQlL":  # text, a label, a file read or a number: to the end of the line
+                end = script.find("\n", i)
+                stop = n if end < 0 else end
+                if command in "bTtqQlL":  # (these end at ";" too)
+                    semi = script.find(";", i, stop)
+                    stop = semi if semi >= 0 else stop
+                i = stop
+                continue
+            if command in "=dDgGhHnNpPxzF{}":
+                i += 1
+                continue
+            return True  # a command not read here
+    return False
 
 
 def analyze(text: str) -> Analysis:
@@ -742,7 +911,7 @@ def analyze(text: str) -> Analysis:
     recursion allows) comes back ``opaque``."""
     out = Analysis(text)
     if _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
-        out.unknown.append("a variable names code a shell runs at startup or as a prompt, or rebinds a command "
+        out.unknown.append("a variable names code a shell (or git, an editor, less) runs, or rebinds a command "
                            "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
     evaluated = evaluated_code(text)
     if evaluated is not None:

@@ -370,6 +370,9 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 _GLOB_LITERALS = re.compile(r"[^\\*?\[]+")
 _PROBES = ("bin", "x", "lib64", "a.b", "data")
+# and the hidden ones a dot glob takes (``~/.*``, ``~/.??*``, ``~/.[!.]*``: every dot-file of the
+# home, .ssh and .config among them; ``*`` itself matches no leading dot)
+_DOT_PROBES = (".ssh", ".config", ".bashrc", ".a.b", ".local")
 
 
 # the last components of the protected directories: the system ones, and the home's (_home_name)
@@ -434,12 +437,11 @@ def _alternative_protected(p: str, home: str | None) -> bool:
     if any(map(regex.fullmatch, _GLOB_CANDIDATES)) or (home and any(map(regex.fullmatch, _home_paths(home)))):
         return True
     parent, _, last = path.rpartition("/")
-    parent = parent if path.startswith("/") and parent else (parent or ".")
-    if path.startswith("/") and parent == "":
-        parent = "/"
+    parent = parent or ("/" if path.startswith("/") else ".")  # (a glob at the root: its parent is "/")
     if _is_glob(last) and not _is_glob(parent) and is_protected(_unescape(parent), home):
         last_regex = _glob_regex(last)
-        return sum(bool(last_regex.fullmatch(probe)) for probe in _PROBES) >= 3
+        return (sum(bool(last_regex.fullmatch(probe)) for probe in _PROBES) >= 3
+                or sum(bool(last_regex.fullmatch(probe)) for probe in _DOT_PROBES) >= 3)
     return False
 
 

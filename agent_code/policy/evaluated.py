@@ -34,7 +34,7 @@ from agent_code.policy.shell_syntax import _ansi_c
 _PROMPT_EXPANSION = re.compile(r"@P\s*\}")
 # ${!name} and ${!name[i]}: the value names another variable (${!prefix*}, ${!a[@]} list names)
 _INDIRECTION = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
-_NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:-[A-Za-z]*\s+)*-[A-Za-z]*n")
+_NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:[-+][A-Za-z]*\s+)*-[A-Za-z]*n")  # (+x, +r before -n)
 # a variable name with a subscript given to a builtin that evaluates it (quotes may split it:
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
 # test -v, [ -v, [[ -v, printf -v, wait -p NAME (a name given by an expansion may hold one too);
@@ -55,6 +55,7 @@ _SUBSTITUTION = re.compile(r"\$\((?!\()|`")  # (not "$((": an arithmetic expansi
 # alone), `nproc`, `seq` of numbers
 _NUMERIC_SUBSTITUTION = re.compile(r"\$\([^()`]*\|\s*wc(?:\s+-[lcwm]+)*\s*\)|\$\(\s*nproc\s*\)|"
                                    r"\$\(\s*seq(?:\s+-?[0-9]+)+\s*\)")
+_DEFINES_COUNTERS = re.compile(r"\b(?:wc|nproc|seq)\s*\(\s*\)|\bfunction\s+(?:wc|nproc|seq)\b")
 # names whose values are read when the line runs: read, mapfile, getopts, printf -v, wait -p,
 # the variable of a for/select over a list that expands (a glob, $x, $(…))
 # NAME=VALUE (VALUE: up to an operator or a blank, an $((…)) or an array (…) whole)
@@ -188,10 +189,12 @@ _IMPLICIT = frozenset({"REPLY", "MAPFILE", "_", "BASH_REMATCH", "OPTARG", "COPRO
                        "BASH_COMMAND", "READLINE_LINE", "BASH_EXECUTION_STRING"})
 _BINDERS = ("read", "mapfile", "readarray", "getopts", "printf", "wait", "declare", "typeset", "local", "export",
             "readonly", "unset", "for", "select", "coproc")
-_SEGMENT_END = re.compile(r"[;&|\n<>]")
+_SEGMENT_END = re.compile(r"[;&|\n]")
+_AFTER_BINDER = (" ", "\t", "<", ">")
+_REDIRECTION_WORD = re.compile(r"[0-9]*(?:<|>)")  # a word that starts a redirection (<<<, 2>, >f …)
 _VALUE_OPTIONS = {"read": ("-d", "-i", "-n", "-N", "-p", "-t", "-u"), "mapfile": ("-d", "-n", "-O", "-s", "-u", "-c"),
                   "readarray": ("-d", "-n", "-O", "-s", "-u", "-c")}
-_NUMBER_VALUE = re.compile(r"[+-]?[0-9]*|\$\(\(.*\)\)|\(\s*(?:[+-]?[0-9]+\s*)*\)", re.DOTALL)
+_NUMBER_VALUE = re.compile(r"[+-]?[0-9]*|\(\s*(?:[+-]?[0-9]+\s*)*\)")
 _COPY_VALUE = re.compile(r"\$?\{?(" + _NAME + r")\}?")
 
 
@@ -203,7 +206,8 @@ def _bindings(text: str) -> tuple[set[str], str | None]:
     for word in _BINDERS:
         at = text.find(word)
         while at >= 0:
-            if (at == 0 or text[at - 1] in _COMMAND_START) and text[at + len(word):at + len(word) + 1] in (" ", "\t"):
+            # (a blank or a redirection after the name: `read<<<"$v" x` binds x)
+            if (at == 0 or text[at - 1] in _COMMAND_START) and text[at + len(word):at + len(word) + 1] in _AFTER_BINDER:
                 end = _SEGMENT_END.search(text, at)
                 words = text[at + len(word):end.start() if end is not None else len(text)].split()
                 why = _bind(word, words, bound)
@@ -211,6 +215,20 @@ def _bindings(text: str) -> tuple[set[str], str | None]:
                     return bound, why
             at = text.find(word, at + 1)
     return bound, None
+
+
+_LOWERCASE_ENVIRONMENT = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy"})
+
+
+def binds_a_variable(text: str) -> bool:
+    """Whether a command of ``text`` (a command line) binds a variable that may be in the
+    environment of the commands after it, without an assignment's ``NAME=`` (``for HOME in …``,
+    ``read PATH``, ``printf -v GIT_DIR``, ``getopts`` …), or one whose name is only known when it
+    runs: what a later command then runs with may differ from what it shows. Environment
+    variables are the upper-case names (and the lower-case proxies); a loop's ``f`` is none."""
+    flat = _flat(text) if "'" in text or '"' in text or "\\" in text else text
+    bound, why = _bindings(flat)
+    return why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
 
 
 def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
@@ -234,6 +252,9 @@ def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
         if value_next:
             value_next = False
             continue
+        if _REDIRECTION_WORD.match(w):  # `read -r <<< "$v" x`: its target, then names again
+            value_next = not w.lstrip("0123456789").lstrip("<>&|-")  # the operator alone: the target follows
+            continue
         if w.startswith(("-", "+")) and command != "coproc":
             value_next = w in skip
             continue
@@ -244,6 +265,21 @@ def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
             if command not in ("declare", "typeset", "local", "export", "readonly", "unset"):
                 bound.add(name.split("[")[0])
     return None
+
+
+def _one_arithmetic_expansion(value: str) -> bool:
+    """Whether ``value`` is one ``$((…))`` and nothing else (``$((1))+x+$((0))`` is not)."""
+    if not (value.startswith("$((") and value.endswith("))")):
+        return False
+    depth = 0
+    for k, c in enumerate(value[1:], start=1):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return k == len(value) - 1
+    return False
 
 
 def _untrusted(used: set[str], text: str) -> str | None:
@@ -257,7 +293,10 @@ def _untrusted(used: set[str], text: str) -> str | None:
         return why
     values: dict[str, list[str]] = {}
     for m in _assignments(text):
-        values.setdefault(m.group(1), []).append(m.group(2))
+        # (a value that stops at "(" is one the pattern cannot read: `a=("$(…)")`, nested
+        # parentheses; it stands as "(", which no number matches)
+        unread = m.end() < len(text) and text[m.end()] == "("
+        values.setdefault(m.group(1), []).append("(" if unread else m.group(2))
     for m in re.finditer(r"\$\{(" + _NAME + r"):?[-=?+]?=([^}]*)", text):  # ${x:=value}
         values.setdefault(m.group(1), []).append(m.group(2))
     trusted: dict[str, bool] = {}
@@ -267,7 +306,7 @@ def _untrusted(used: set[str], text: str) -> str | None:
             return trusted[name]
         trusted[name] = False  # (a cycle: not trusted)
         ok = name not in _IMPLICIT and name not in bound and all(
-            _NUMBER_VALUE.fullmatch(v) is not None
+            _NUMBER_VALUE.fullmatch(v) is not None or _one_arithmetic_expansion(v)
             or ((copy := _COPY_VALUE.fullmatch(v)) is not None and trust(copy.group(1)))
             for v in values.get(name, ()))
         trusted[name] = ok
@@ -315,7 +354,10 @@ def _evaluated_code(text: str) -> str | None:
         dynamic = _bindings(text)[1]  # read "$n", unset "$n": a name, and a subscript in it, known when it runs
         if dynamic is not None:
             return dynamic
-    plain = _NUMERIC_SUBSTITUTION.sub("0", text) if "$(" in text else text  # numbers stand for those
+    # numbers stand for those, unless the line may make them other programs (a function of the
+    # name, PATH changed)
+    numeric = "$(" in text and "PATH" not in text and not _DEFINES_COUNTERS.search(text)
+    plain = _NUMERIC_SUBSTITUTION.sub("0", text) if numeric else text
     arithmetic = _arithmetic_texts(plain)
     if not arithmetic:
         return None

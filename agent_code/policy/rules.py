@@ -66,7 +66,8 @@ from typing import Iterable, Literal
 
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
-from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize
+from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize, own_argv
+from agent_code.policy.evaluated import binds_a_variable
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
@@ -164,6 +165,26 @@ def _writes_paths_its_input_names(command: Command) -> bool:
         sub = next((w for w in argv[1:] if not w.startswith("-")), "")
         return sub in ("apply", "am")
     return False
+
+
+# a wrapper's options that write a file (strace -o FILE, time -o FILE), set the environment of
+# what it runs (strace -E VAR=…, xargs --process-slot-var=VAR, env -S … is a script of its own)
+# or run a command of their own (flock -c): what the command it wraps is allowed for says
+# nothing of those
+_WRAPPER_OPTIONS_THAT_ACT = {
+    "strace": ("-o", "--output", "-E", "--env"), "ltrace": ("-o", "--output"), "time": ("-o", "--output"),
+    "xargs": ("--process-slot-var",), "flock": ("-c", "--command"), "systemd-run": ("-E", "--setenv"),
+    "screen": ("-L", "-Logfile"),
+}
+
+
+def _wrapper_does_more(wrapper: str, words: tuple[str, ...]) -> bool:
+    """Whether a wrapper's own ``words`` use an option of :data:`_WRAPPER_OPTIONS_THAT_ACT`
+    (alone, glued to its value: ``-EVAR=1``, ``-o|cmd``, or with "=")."""
+    acting = _WRAPPER_OPTIONS_THAT_ACT.get(wrapper)
+    if not acting:
+        return False
+    return any(w.startswith(acting) for w in words[1:] if w.startswith("-"))
 
 
 def _changes_the_environment(command: Command) -> bool:
@@ -470,14 +491,16 @@ def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = 
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
-    if _SETS_VARIABLE.search(analysis.text):
+    if _SETS_VARIABLE.search(analysis.text) or binds_a_variable(analysis.text):
         return None
     if _leaves_the_project(analysis.commands, root):
         return None
     patterns = [(r, parse_command_pattern(r.specifier)) for r in rules if r.specifier is not None]
     used: list[Rule] = []
-    for command in analysis.commands:
+    for index, command in enumerate(analysis.commands):
         if writes_a_file(command):
+            return None
+        if command.wrapper is not None and _wrapper_does_more(command.wrapper, own_argv(analysis.commands, index)):
             return None
         if command.wrapper is not None and not command.privileged:
             continue  # timeout, nice, env, xargs, bash -c …: judged by what they run

@@ -93,7 +93,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from agent_code.policy.commands import Analysis, Command, normalize, program_name
+from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
 PROJECT_DIR = ".agent"          # agent/settings.py PROJECT_DIR
@@ -895,16 +895,6 @@ INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|naw
 _SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
 
 
-def _own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
-    """A wrapper's own words (without the command it runs, listed next); others' all."""
-    c = commands[index]
-    if c.wrapper is not None and index + 1 < len(commands):
-        nxt = commands[index + 1].argv
-        if nxt and len(nxt) < len(c.argv) and c.argv[-len(nxt):] == nxt:
-            return c.argv[:-len(nxt)]
-    return c.argv
-
-
 def _write_targets(argv: tuple[str, ...], program: str | None = None) -> list[str]:
     """The files a known writer writes (see the module doc); ``program``: ``argv[0]``'s."""
     if program is None:
@@ -1178,7 +1168,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
                 found = note(verdict, c, f"{op} {target}")
                 if found:
                     return found
-        argv = c.argv if c.wrapper is None else _own_argv(commands, index)
+        argv = c.argv if c.wrapper is None else own_argv(commands, index)
         if not argv:
             continue
         program = c.program if argv is c.argv else program_name(argv[0])  # (c.program is argv[0]'s)
