@@ -236,3 +236,35 @@ def test_direct_template_on_recorded_client_sessions(renderer):
             count += 1
     assert count > 10
 
+
+def test_disconnected_reads_a_ready_message_and_waits_for_none():
+    """``http.disconnected`` answers as Starlette's ``is_disconnected`` does: a disconnect ready at
+    once is seen (and remembered); a receive that would wait is unwound (its waiter removed)
+    without waiting; another ready message is no disconnect."""
+    from starlette.requests import Request
+
+    from agent_code.gateway.http import disconnected
+
+    async def main() -> None:
+        gone, never = asyncio.Event(), asyncio.Event()
+        received: list[str] = []
+
+        async def receive():
+            received.append("called")
+            if not gone.is_set():
+                await never.wait()
+            return {"type": "http.disconnect"}
+
+        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+        assert not disconnected(request) and not disconnected(request)
+        assert not never._waiters and len(received) == 2   # nothing left waiting
+        gone.set()
+        assert disconnected(request) and disconnected(request)
+        assert len(received) == 3 and await request.is_disconnected()
+
+        async def more():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        assert not disconnected(Request({"type": "http", "method": "POST", "path": "/", "headers": []}, more))
+
+    asyncio.run(main())
