@@ -137,3 +137,159 @@ def test_instant_engine_replies_at_once_as_documented():
     stopped = asyncio.run(text.generate([1], SamplingParams(max_new_tokens=64, stop=[":"])))
     assert stopped.finish_reason == "stop" and stopped.meta["stop"] == ":"
     assert renderer.decode(stopped.output_ids) == "Done:"
+
+
+# ----------------------------------------------------------------------------- the template, rendered directly
+
+DIRECT_CALL = {"type": "function", "function": {"name": "Read", "arguments": {"file_path": "a.py", "limit": 2,
+                                                                              "offset": 1.5, "all": True, "x": None}}}
+DIRECT_CONVERSATIONS = [
+    conversation(AWKWARD[:4]),
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "hi", "name": None},
+     {"role": "assistant", "content": None, "tool_calls": [DIRECT_CALL]},
+     {"role": "tool", "content": "x = 1\n" * 40, "tool_call_id": None}, {"role": "user", "content": "Go on. 你好 🙂"}],
+    [{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "Because.", "reasoning_content": "think"},
+     {"role": "user", "content": "So?"}, {"role": "assistant", "content": "", "reasoning": "more", "tool_calls":
+                                          [DIRECT_CALL, DIRECT_CALL]}, {"role": "tool", "content": "one"},
+     {"role": "tool", "content": "two"}],
+    [{"role": "user", "content": [{"type": "text", "text": "blocks"}]}, {"role": "assistant", "content": "ok",
+                                                                          "thinking": "t"}],
+]
+
+
+@pytest.fixture(params=["qwen3", "qwen2.5", "qwen3-coder", "deepseek-v3"])
+def any_renderer(request):
+    from gateway_fixtures import deepseek_v3_renderer, qwen3_coder_renderer
+
+    return {"qwen3": qwen3_renderer, "qwen2.5": qwen25_renderer, "qwen3-coder": qwen3_coder_renderer,
+            "deepseek-v3": deepseek_v3_renderer}[request.param]()
+
+
+def test_direct_template_renders_what_apply_chat_template_does(any_renderer):
+    """The template rendered straight from its compilation (``DirectTemplate``, for plain JSON)
+    gives ``apply_chat_template``'s text, with and without tools and the generation prompt, and
+    leaves the messages as they were."""
+    direct = any_renderer._direct
+    assert direct is not None
+    for messages in DIRECT_CONVERSATIONS:
+        for tools in (TOOLS, None):
+            for generation in (True, False):
+                before = json.dumps(messages)
+                try:
+                    expected = any_renderer.tokenizer.apply_chat_template(
+                        messages, tools=tools, tokenize=False, add_generation_prompt=generation)
+                except Exception as exc:   # a template that refuses it refuses it directly too
+                    with pytest.raises(type(exc)):
+                        direct.render(messages, tools, generation)
+                    continue
+                assert direct.render(messages, tools, generation) == expected
+                assert any_renderer.render_text(messages, tools, add_generation_prompt=generation) == expected
+                assert json.dumps(messages) == before
+
+
+def test_direct_template_leaves_what_is_not_plain_json_to_transformers(renderer):
+    """A string subclass, an object, a tuple of messages, a callable tool or template keywords
+    take ``apply_chat_template`` (whose placeholders and conversions the direct path does not
+    copy): ``render`` answers None and ``render_text`` still gives transformers' text."""
+
+    class Text(str):
+        pass
+
+    def read_file(path: str) -> str:
+        """Read a file.
+
+        Args:
+            path: The file.
+        """
+        return path
+
+    direct = renderer._direct
+    plain = [{"role": "user", "content": "hi"}]
+    odd: list[tuple[object, object]] = [
+        ([{"role": "user", "content": Text("hi")}], None), ([{"role": "user", "content": object()}], None),
+        (tuple(plain), None), (plain, [read_file]), ([{"role": "user", "content": "hi", 1.5j: 1}], None)]
+    for messages, tools in odd:
+        assert direct.render(messages, tools, True) is None
+        expected = renderer.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                          add_generation_prompt=True)
+        assert renderer.render_text(messages, tools) == expected
+    expected = renderer.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True,
+                                                      enable_thinking=False)
+    assert renderer.render_text(plain, None, enable_thinking=False) == expected
+
+
+def test_direct_template_on_recorded_client_sessions(renderer):
+    """Every request the real Claude Code, Codex and Qwen Code sent (tests/data), rendered both ways."""
+    import gzip
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "data" / "client_sessions.json.gz"
+    with gzip.open(data, "rt", encoding="utf-8") as fh:
+        sessions = json.load(fh)
+    count = 0
+    for requests in sessions.values():
+        for request in requests:
+            messages, tools = request["messages"], request.get("tools") or None
+            expected = renderer.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                              add_generation_prompt=True)
+            assert renderer._direct.render(messages, tools, True) == expected
+            count += 1
+    assert count > 10
+
+
+def test_disconnected_reads_a_ready_message_and_waits_for_none():
+    """``http.disconnected`` answers as Starlette's ``is_disconnected`` does: a disconnect ready at
+    once is seen (and remembered); a receive that would wait is unwound (its waiter removed)
+    without waiting; another ready message is no disconnect."""
+    from starlette.requests import Request
+
+    from agent_code.gateway.http import disconnected
+
+    async def main() -> None:
+        gone, never = asyncio.Event(), asyncio.Event()
+        received: list[str] = []
+
+        async def receive():
+            received.append("called")
+            if not gone.is_set():
+                await never.wait()
+            return {"type": "http.disconnect"}
+
+        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+        assert not disconnected(request) and not disconnected(request)
+        assert not never._waiters and len(received) == 2   # nothing left waiting
+        gone.set()
+        assert disconnected(request) and disconnected(request)
+        assert len(received) == 3 and await request.is_disconnected()
+
+        async def more():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        assert not disconnected(Request({"type": "http", "method": "POST", "path": "/", "headers": []}, more))
+
+    asyncio.run(main())
+
+
+def test_read_body_after_starlette_read_it_gives_it_again():
+    """A route that read the body through Starlette first (``request.body()``) still gets it from
+    ``read_body`` (which otherwise takes the server's messages itself), limit included."""
+    from starlette.requests import Request
+
+    from agent_code.gateway.http import HttpError, read_body
+
+    async def main() -> None:
+        sent = [{"type": "http.request", "body": b'{"a": 1}', "more_body": False}]
+
+        async def receive():
+            if sent:
+                return sent.pop()
+            await asyncio.Event().wait()
+
+        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+        assert await request.body() == b'{"a": 1}'
+        assert await asyncio.wait_for(read_body(request, 100), 5) == b'{"a": 1}'
+        with pytest.raises(HttpError) as err:
+            await asyncio.wait_for(read_body(request, 3), 5)
+        assert err.value.status == 413
+
+    asyncio.run(main())

@@ -26,8 +26,9 @@ from agent_code.gateway.offload import Batcher
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.gateway.weights import WeightGate
 from agent_code.parse import detect_parsers, parse_completion
+from agent_code.parse.common import Declared, declared_tools
 from agent_code.parse.incremental import Progress, certain
-from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams
+from agent_code.protocols.canonical import ChatRequest, ParsedReply, SamplingParams, ToolSchema
 from agent_code.trajectory.history import POLICIES, PendingSuffix, PromptPlan, stage_prompt
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.tokens import TokenSeq, as_ids
@@ -119,6 +120,7 @@ class Gateway:
             raise ValueError(f"tool_grammar must be 'auto' or 'off', got {tool_grammar!r}")
         self.tool_grammar = tool_grammar
         self._suffix_batcher: Batcher[str, list[int]] | None = None   # made on first use (encode_suffix_off_loop)
+        self._declared: tuple[list[ToolSchema] | None, Declared] | None = None   # the last tools list parsed against
         self.weights = WeightGate(weight_version)   # admission and the weight version (gateway/weights.py)
 
     def _session_ended(self, session_id: str, how: str) -> None:
@@ -304,8 +306,19 @@ class Gateway:
             if stop_sequence:
                 text = text[: -len(stop_sequence)]
         reply = parse_completion(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
-                                 tools=request.tools)
+                                 tools=request.tools, declared=self._declared_tools(request.tools))
         return reply, stop_sequence
+
+    def _declared_tools(self, tools: list[ToolSchema] | None) -> Declared:
+        """``declared_tools(tools)``, found once per tools list: the translations hand every request
+        of a session, and the sessions that declare the same tools, the same list, which no one
+        changes in place (``trajectory/history.py`` keys its facts of tools lists the same way)."""
+        held = self._declared
+        if held is not None and held[0] is tools:
+            return held[1]
+        declared = declared_tools(tools)
+        self._declared = (tools, declared)
+        return declared
 
     def finish_session(self, session_id: str, reward: float | None = None,
                        metadata: dict[str, Any] | None = None, rollout_id: str | None = None,

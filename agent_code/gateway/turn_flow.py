@@ -45,8 +45,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from agent_code.gateway import offload
-from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, json_response,
-                                     unless_disconnected)
+from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, disconnected,
+                                     json_response, unless_disconnected)
 from agent_code.gateway.pipeline import Gateway, PendingTurn, PreparedTurn, TurnOutcome
 from agent_code.gateway.sessions import Session
 from agent_code.parse.incremental import Progress, advance
@@ -224,7 +224,7 @@ class TurnFlow:
         except Exception as exc:
             return self._error(out, exc, headers)
         payload = out.body(outcome)
-        if await request.is_disconnected():
+        if disconnected(request):
             return Response(status_code=499)
         try:
             record = await self._commit(session, outcome, out, started, after_commit)

@@ -23,7 +23,7 @@ Rules shared by every parser:
 from __future__ import annotations
 
 from agent_code.parse import deepseek_v3, fenced_json, hermes, qwen3_coder
-from agent_code.parse.common import declared_tools
+from agent_code.parse.common import Declared, declared_tools
 from agent_code.parse.reasoning import split_reasoning
 from agent_code.protocols.canonical import ParsedReply, ToolCallOut, ToolSchema
 
@@ -54,9 +54,10 @@ def detect_parsers(chat_template: str | None) -> tuple[str, str]:
 
 def parse_completion(text: str, *, tool_parser: str, reasoning_parser: str,
                      tools: list[ToolSchema] | None, fallback_fenced: bool = True,
-                     prompt_opened_think: bool = False) -> ParsedReply:
+                     prompt_opened_think: bool = False, declared: Declared | None = None) -> ParsedReply:
     """Split a raw completion. ``prompt_opened_think``: the generation prompt ended inside an
-    open ``<think>`` (so a completion without ``</think>`` is all reasoning)."""
+    open ``<think>`` (so a completion without ``</think>`` is all reasoning). ``declared``:
+    ``declared_tools(tools)`` when the caller has it already (read only)."""
     if tool_parser not in TOOL_PARSERS:
         raise ValueError(f"unknown tool parser {tool_parser!r}; known: {sorted(TOOL_PARSERS)}")
     if reasoning_parser not in REASONING_PARSERS:
@@ -64,7 +65,8 @@ def parse_completion(text: str, *, tool_parser: str, reasoning_parser: str,
     reasoning = None
     if reasoning_parser == "think":
         reasoning, text = split_reasoning(text, opened=prompt_opened_think)
-    declared = declared_tools(tools)
+    if declared is None:
+        declared = declared_tools(tools)
     calls: list[ToolCallOut] = []
     ill_formed: list[str] = []
     extract = TOOL_PARSERS[tool_parser]

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 # ProtocolError, Signer and ThinkingSigner live in common.py; imported here for the callers that
@@ -448,7 +448,7 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
     # no system message among them, so only the rest can hold one
     k = _held_run(wire_messages, held)
     folds = any(isinstance(m, dict) and m.get("role") == "system" for m in wire_messages[k:])
-    new_memo: TranslationMemo | None = None
+    memo_fields: dict[str, Any] | None = None   # the new memo's, but for its tools (found below)
     if folds:   # mid-list system messages fold into their neighbours: translated whole, no memo
         for role, blocks in _fold_system_messages(wire_messages, notes):
             if role == "user":
@@ -475,10 +475,10 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
             notes.extend(out[1])
             flat_ends.append(len(messages) - first)
             notes_ends.append(len(notes) - first_note)
-        new_memo = TranslationMemo(system=wire_system, system_out=(system_out, tuple(system_notes)),
-                                   wire=tuple(wire_messages), scalars=tuple(scalars), out=tuple(outs),
-                                   flat=tuple(messages[first:]), flat_ends=tuple(flat_ends),
-                                   flat_notes=tuple(notes[first_note:]), notes_ends=tuple(notes_ends))
+        memo_fields = dict(system=wire_system, system_out=(system_out, tuple(system_notes)),
+                           wire=tuple(wire_messages), scalars=tuple(scalars), out=tuple(outs),
+                           flat=tuple(messages[first:]), flat_ends=tuple(flat_ends),
+                           flat_notes=tuple(notes[first_note:]), notes_ends=tuple(notes_ends))
 
     wire_tools = body.get("tools")
     tool_notes: Sequence[str]
@@ -498,9 +498,8 @@ def _translate(body: object, signer: Signer | None, *, require_max_tokens: bool,
         if wire_tools is not None:
             _shared_tools = (wire_tools, tools_scalars, (tools, tuple(tool_notes)))
     notes.extend(tool_notes)
-    if new_memo is not None:
-        new_memo = replace(new_memo, tools=wire_tools, tools_out=(tools, tuple(tool_notes)),
-                           tools_scalars=tools_scalars)
+    new_memo = None if memo_fields is None else TranslationMemo(
+        **memo_fields, tools=wire_tools, tools_out=(tools, tuple(tool_notes)), tools_scalars=tools_scalars)
     stream = body.get("stream", False)
     if stream is None:
         stream = False

@@ -166,7 +166,7 @@ class SessionHistory:
         position, message = echoed
         overrides = list(self.echoes.get(turn.parent, ()))
         held = turn.messages[position] if 0 <= position < len(turn.messages) else None
-        if held is None or message != held or not _same_calls(message, held):
+        if held is None or message != held or not self._same_call_types(message, held):
             overrides.append((position, message))
         if overrides:
             self.echoes[turn.index] = overrides
@@ -215,7 +215,7 @@ class SessionHistory:
             return None   # equal as JSON, types included: then their digests are equal too
         tool_schemas = facts[1]   # the held tools' (the request's are the same)
         last = messages[n - 1]
-        if last != turn.reply or not _same_calls(last, turn.reply):
+        if last != turn.reply or not self._same_call_types(last, turn.reply):
             # a client's known rewrite of the call (echo.py) is the call the model made
             if last.get("role") != "assistant":
                 return None
