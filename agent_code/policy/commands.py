@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
-from agent_code.policy.evaluated import evaluated_code
+from agent_code.policy.evaluated import read_values
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
 
@@ -139,7 +139,7 @@ def _may_name_startup_code(text: str) -> bool:
     line), these substring tests take a microsecond."""
     return "ENV" in text or "OPTS" in text or "PS" in text or "PROMPT_COMMAND" in text or "BASH_" in text \
         or "EXECIGNORE" in text or "GIT_" in text or "EDITOR" in text or "VISUAL" in text or "LESS" in text \
-        or "LD_" in text or "BROWSER" in text
+        or "LD_PRELOAD" in text or "LD_AUDIT" in text or "BROWSER" in text
 
 
 _RUNS_MORE = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
@@ -219,6 +219,9 @@ class Analysis:
     errors: list[str] = field(default_factory=list)   # syntax errors (tree-sitter could not read it all)
     unknown: list[str] = field(default_factory=list)  # what runs but cannot be judged (eval "$x", $cmd …)
     functions: set[str] = field(default_factory=set)  # functions the line defines (their bodies are analysed)
+    # a command binds a variable that may be in the environment without "=" (for HOME in …, read
+    # PATH), or one whose name is only known when it runs (evaluated.binds_a_variable)
+    binds_environment: bool = False
 
 
 def program_name(word: str) -> str:
@@ -913,7 +916,7 @@ def analyze(text: str) -> Analysis:
     if _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
         out.unknown.append("a variable names code a shell (or git, an editor, less) runs, or rebinds a command "
                            "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
-    evaluated = evaluated_code(text)
+    evaluated, out.binds_environment = read_values(text)
     if evaluated is not None:
         out.unknown.append(evaluated)
     try:

@@ -226,9 +226,7 @@ def binds_a_variable(text: str) -> bool:
     ``read PATH``, ``printf -v GIT_DIR``, ``getopts`` …), or one whose name is only known when it
     runs: what a later command then runs with may differ from what it shows. Environment
     variables are the upper-case names (and the lower-case proxies); a loop's ``f`` is none."""
-    flat = _flat(text) if "'" in text or '"' in text or "\\" in text else text
-    bound, why = _bindings(flat)
-    return why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
+    return read_values(text)[1]
 
 
 def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
@@ -334,10 +332,19 @@ def _flat(text: str) -> str:
 def evaluated_code(text: str) -> str | None:
     """Why ``text`` (a command line) may run code hidden in a value it evaluates, or None
     (read after quote removal: :func:`_flat`)."""
-    return _evaluated_code(_flat(text) if "'" in text or '"' in text or "\\" in text else text)
+    return read_values(text)[0]
 
 
-def _evaluated_code(text: str) -> str | None:
+def read_values(text: str) -> tuple[str | None, bool]:
+    """:func:`evaluated_code` and :func:`binds_a_variable` of ``text``, read once."""
+    flat = _flat(text) if "'" in text or '"' in text or "\\" in text else text
+    bound, why = _bindings(flat)
+    binds = why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
+    return _evaluated_code(flat, why), binds
+
+
+def _evaluated_code(text: str, dynamic: str | None) -> str | None:
+    """:func:`evaluated_code` of the flat ``text``; ``dynamic``: its :func:`_bindings`' reason."""
     if "@P" in text and _PROMPT_EXPANSION.search(text):
         return "a value expanded as a prompt (${x@P}) runs the $(…) in it"
     if "${!" in text and _INDIRECTION.search(text):
@@ -350,10 +357,8 @@ def _evaluated_code(text: str) -> str | None:
     if (("-v" in text or "-p" in text) and ("[" in text or "$" in text) and _option_subscript(text)) \
             or ("[" in text and _at_words(text, _NAME_TAKERS, _TAKER_SUBSCRIPT)):
         return "a variable name with a subscript that bash evaluates (it may run a $(…) in it)"
-    if "$" in text or "`" in text:
-        dynamic = _bindings(text)[1]  # read "$n", unset "$n": a name, and a subscript in it, known when it runs
-        if dynamic is not None:
-            return dynamic
+    if dynamic is not None and ("$" in text or "`" in text):
+        return dynamic  # read "$n", unset "$n": a name, and a subscript in it, known when it runs
     # numbers stand for those, unless the line may make them other programs (a function of the
     # name, PATH changed)
     numeric = "$(" in text and "PATH" not in text and not _DEFINES_COUNTERS.search(text)

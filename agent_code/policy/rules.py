@@ -67,7 +67,6 @@ from typing import Iterable, Literal
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
 from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize, own_argv
-from agent_code.policy.evaluated import binds_a_variable
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
@@ -491,7 +490,7 @@ def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = 
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
-    if _SETS_VARIABLE.search(analysis.text) or binds_a_variable(analysis.text):
+    if analysis.binds_environment or _SETS_VARIABLE.search(analysis.text):
         return None
     if _leaves_the_project(analysis.commands, root):
         return None
