@@ -680,11 +680,16 @@ FOURTH_REVIEW = [
     "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='rm -rf ~' /etc/hostname", "tar -I 'rm -rf ~;:' -cf x f",
     "LESSOPEN='|rm -rf ~ %s' less /etc/hostname", "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor=rm -rf ~ #'\" git status",
     "GIT_EDITOR='rm -rf ~;:' git commit", "rm -rf ~/.*", "rm -rf ~/.??*", "rm -rf ~/.[!.]*", "rm -rf /.*",
+    # getopt_long's abbreviations and option bundles of the same options
+    "sed -n -e s/a/b/ -ne '1e rm -rf ~' f", "sed --expr='1e rm -rf ~' f", "sed -- '1e rm -rf ~' f",
+    "split --filt='rm -rf ~' f", "tar --checkpoint-act=exec='rm -rf ~' -cf x f", "tar --to-comm='rm -rf ~' -xf x",
+    "strace --out='|rm -rf ~' ls", "flock -xc 'rm -rf ~' f", "flock f --comm 'rm -rf ~'",
 ]
 FOURTH_REVIEW_UNDER_A_RULE = [
     "for HOME in /tmp/evil; do git status; done", "for PATH in /tmp/evil; do git status; done",
     "xargs --process-slot-var=GIT_CONFIG_GLOBAL git status </dev/null", "strace -o /dev/null -EGIT_CONFIG_GLOBAL=0 git status",
     "strace -o '|touch x' git status", "strace -f -o ./straceout git status", "command time -o ~/.bashrc git status",
+    "strace --out=./x git status", "xargs --process-slot=GIT_CONFIG_GLOBAL git status </dev/null",
 ]
 FOURTH_REVIEW_STILL_READ = [
     "GIT_EDITOR=true git rebase --continue", "GIT_PAGER=cat git log -3", "fc -l", "flock /tmp/build.lock make",
@@ -692,6 +697,7 @@ FOURTH_REVIEW_STILL_READ = [
     "sed '1i header' f", "sed 's|/usr|/opt|g; s/x/y/2' f", "split -l 100 big.txt part_", "tar czf dist.tgz src",
     "tar -xzf dist.tgz -C out", "strace -c ls", "rm -rf build/.cache", "rm -f ~/.*.swp", "rm -rf .pytest_cache/.*",
     "x=$((1+2)); echo $((x))", 'read -r a b <<< "$line"; echo "$a"', "j=$(( $(nproc) * 2 )); make -j$j",
+    "sed -n -e 's/a/b/p' f", "sed -ni.bak p f", "sed --in-place=.bak s/a/b/ f", "sed -z -s p f",
 ]
 
 

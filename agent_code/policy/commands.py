@@ -764,12 +764,24 @@ _TAR_RUNS = ("--to-command", "--checkpoint-action", "--use-compress-program", "-
              "--rsh-command", "--rmt-command")
 
 
+def abbreviates(word: str, option: str) -> bool:
+    """Whether ``word`` names the long ``option`` (``--filter``), whole or as a prefix getopt_long
+    takes for it (``--filt``, ``--filt=CMD``); an ambiguous prefix counts too (it only errs)."""
+    name = word.split("=", 1)[0]
+    return len(name) > 2 and name.startswith("--") and option.startswith(name)
+
+
+def _any_abbreviates(words: tuple[str, ...], options: tuple[str, ...]) -> bool:
+    return any(abbreviates(w, option) for w in words if w.startswith("--") for option in options)
+
+
 def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
     """Options and builtins that run a shell command they are given, which the line shows only
     as a word: ``fc`` (it runs history entries, or its -e editor), ``strace``/``ltrace -o
     '|CMD'``, ``flock -c CMD``, ``split --filter=CMD``, tar's ``--checkpoint-action=exec=``,
     ``-I``/``--use-compress-program``, ``--to-command``, ``-F``/``--info-script``, and sed's ``e``
-    command, ``s///e`` and ``w`` (a file it writes)."""
+    command, ``s///e`` and ``w`` (a file it writes). Long options are read as getopt_long reads
+    them, abbreviated too (``split --filt=CMD``)."""
     words = argv[1:]
     if program == "fc" and not any(w.startswith("-") and "l" in w and not w.startswith("--") for w in words):
         return "fc runs commands from the shell's history (or its -e editor)"
@@ -777,17 +789,19 @@ def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
         for k, w in enumerate(words):
             if not w.startswith("-"):
                 break  # the traced command
-            value = words[k + 1] if w in ("-o", "--output") and k + 1 < len(words) else \
-                w[2:] if w.startswith("-o") else w.split("=", 1)[1] if w.startswith("--output=") else ""
+            long_output = abbreviates(w, "--output")
+            value = words[k + 1] if (w == "-o" or (long_output and "=" not in w)) and k + 1 < len(words) else \
+                w.split("=", 1)[1] if long_output else w[2:] if w.startswith("-o") else ""
             if value.startswith(("|", "!")):
                 return f"{program} -o '|…' pipes its output into a shell command"
-    if program == "flock" and any(w in ("-c", "--command") or w.startswith("--command=") for w in words):
+    if program == "flock" and any(w == "-c" or (w.startswith("-") and not w.startswith("--") and "c" in w[1:])
+                                  for w in words) or program == "flock" and _any_abbreviates(words, ("--command",)):
         return "flock -c runs a shell command"
-    if program == "split" and any(w.startswith("--filter") for w in words):
+    if program == "split" and _any_abbreviates(words, ("--filter",)):
         return "split --filter runs a shell command"
-    if program in ("tar", "gtar", "bsdtar") and any(
-            w.startswith(_TAR_RUNS) or (w.startswith("-") and not w.startswith("--") and ("I" in w or "F" in w))
-            or (k == 0 and not w.startswith("-") and ("I" in w or "F" in w)) for k, w in enumerate(words)):
+    if program in ("tar", "gtar", "bsdtar") and (_any_abbreviates(words, _TAR_RUNS) or any(
+            (w.startswith("-") and not w.startswith("--") and ("I" in w or "F" in w))
+            or (k == 0 and not w.startswith("-") and ("I" in w or "F" in w)) for k, w in enumerate(words))):
         return f"{program} runs a program it is given (a compressor, a script, a checkpoint action)"
     if program in ("sed", "gsed") and _sed_runs_or_writes(words):
         return "a sed script that runs a command (e, s///e) or writes a file (w)"
@@ -795,28 +809,55 @@ def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
 
 
 def _sed_scripts(words: tuple[str, ...]) -> list[str] | None:
-    """The scripts of a sed command line (-e/--expression values, else the first operand);
-    None when one is read from a file (-f)."""
+    """The scripts of a sed command line (-e/--expression values, in option bundles too: ``-ne
+    SCRIPT``; else the first operand); None when one is read from a file (-f), or an option is
+    one not read here."""
     scripts: list[str] = []
     operands: list[str] = []
     k = 0
     while k < len(words):
         w = words[k]
-        if w in ("-e", "--expression") and k + 1 < len(words):
-            scripts.append(words[k + 1])
-            k += 2
+        if w == "--":
+            operands += words[k + 1:]
+            break
+        if w.startswith("--"):
+            if abbreviates(w, "--expression"):
+                if "=" in w:
+                    scripts.append(w.split("=", 1)[1])
+                elif k + 1 < len(words):
+                    scripts.append(words[k + 1])
+                    k += 1
+            elif abbreviates(w, "--file"):
+                return None
+            elif abbreviates(w, "--line-length") and "=" not in w:
+                k += 1  # its value
+            k += 1
             continue
-        if w.startswith("--expression="):
-            scripts.append(w.split("=", 1)[1])
-        elif w in ("-f", "--file") or w.startswith("--file=") or (w.startswith("-") and not w.startswith("--")
-                                                                   and "f" in w[1:].split("i")[0]):  # (-i.SUFFIX)
-            return None
-        elif w.startswith("-e") and not w.startswith("--"):
-            scripts.append(w[2:])
-        elif w in ("-l", "--line-length") and k + 1 < len(words):
-            k += 1  # its value
-        elif not w.startswith("-") or w == "-":
-            operands.append(w)
+        if w.startswith("-") and w != "-":
+            for j, letter in enumerate(w[1:], start=1):  # a bundle: -n, -E, -e SCRIPT, -iSUFFIX …
+                rest = w[j + 1:]
+                if letter == "e":
+                    if rest:
+                        scripts.append(rest)
+                    elif k + 1 < len(words):
+                        scripts.append(words[k + 1])
+                        k += 1
+                    break
+                if letter == "f":
+                    return None
+                if letter == "l":
+                    if not rest:
+                        k += 1  # its value
+                    break
+                if letter in "is":  # -i[SUFFIX] (the rest is the suffix); -s takes none
+                    if letter == "i":
+                        break
+                    continue
+                if letter not in "nErsuzb":
+                    return None  # an option not read here
+            k += 1
+            continue
+        operands.append(w)
         k += 1
     return scripts or operands[:1]
 

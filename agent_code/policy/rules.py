@@ -66,7 +66,7 @@ from typing import Iterable, Literal
 
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
-from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize, own_argv
+from agent_code.policy.commands import Analysis, Command, Invocation, abbreviates, analyze, normalize, own_argv
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
@@ -183,7 +183,13 @@ def _wrapper_does_more(wrapper: str, words: tuple[str, ...]) -> bool:
     acting = _WRAPPER_OPTIONS_THAT_ACT.get(wrapper)
     if not acting:
         return False
-    return any(w.startswith(acting) for w in words[1:] if w.startswith("-"))
+    for w in words[1:]:
+        if w.startswith("--"):  # long options as getopt_long reads them: abbreviated too (--out=F)
+            if any(abbreviates(w, option) for option in acting if option.startswith("--")):
+                return True
+        elif w.startswith("-") and any(w.startswith(option) for option in acting if not option.startswith("--")):
+            return True
+    return False
 
 
 def _changes_the_environment(command: Command) -> bool:
