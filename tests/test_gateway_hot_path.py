@@ -268,28 +268,3 @@ def test_disconnected_reads_a_ready_message_and_waits_for_none():
         assert not disconnected(Request({"type": "http", "method": "POST", "path": "/", "headers": []}, more))
 
     asyncio.run(main())
-
-
-def test_read_body_after_starlette_read_it_gives_it_again():
-    """A route that read the body through Starlette first (``request.body()``) still gets it from
-    ``read_body`` (which otherwise takes the server's messages itself), limit included."""
-    from starlette.requests import Request
-
-    from agent_code.gateway.http import HttpError, read_body
-
-    async def main() -> None:
-        sent = [{"type": "http.request", "body": b'{"a": 1}', "more_body": False}]
-
-        async def receive():
-            if sent:
-                return sent.pop()
-            await asyncio.Event().wait()
-
-        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
-        assert await request.body() == b'{"a": 1}'
-        assert await asyncio.wait_for(read_body(request, 100), 5) == b'{"a": 1}'
-        with pytest.raises(HttpError) as err:
-            await asyncio.wait_for(read_body(request, 3), 5)
-        assert err.value.status == 413
-
-    asyncio.run(main())

@@ -181,11 +181,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise HttpError(400, "invalid_request_error", "content-length is not a number")
         if int(declared) > limit:
             raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-    cached = getattr(request, "_body", None)
-    if isinstance(cached, bytes):   # read before (request.body()): Starlette's stream gives it again
-        if len(cached) > limit:
-            raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-        return cached
     receive = request.receive
     chunks: list[bytes] = []
     size = 0
