@@ -18,7 +18,7 @@ import re
 from types import ModuleType
 from typing import Any, Awaitable, Callable, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from agent_code.engines.base import EngineError
@@ -169,51 +169,29 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, at most ``limit`` bytes (413 beyond), within the body timeouts (408): a
     client that trickles its body, or declares a length and never sends it, does not hold the
     request (and its task) for longer than ``BODY_TOTAL_TIMEOUT_S``, nor stalls longer than
-    ``BODY_IDLE_TIMEOUT_S`` between two chunks. uvicorn itself has no such timeout.
-
-    A body the server already holds whole (an agent's request, written at once, usually is by
-    the time its route runs) is taken at once (:func:`ready_message`), with no timer to set and
-    cancel; the rest is read message by message under the timeouts, as Starlette's
-    ``request.stream()`` would read it."""
+    ``BODY_IDLE_TIMEOUT_S`` between two chunks. uvicorn itself has no such timeout."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise HttpError(400, "invalid_request_error", "content-length is not a number")
         if int(declared) > limit:
             raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-    receive = request.receive
-    chunks: list[bytes] = []
-    size = 0
-
-    def more_after(message: Any) -> bool:
-        """Take one ASGI message's bytes; whether more are to come."""
-        nonlocal size
-        kind = message.get("type")
-        if kind == "http.request":
-            body = message.get("body", b"")
-            if body:
-                size += len(body)
+    chunks, size = [], 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BODY_TOTAL_TIMEOUT_S
+    try:
+        async with asyncio.timeout(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S)) as timer:
+            async for chunk in request.stream():
+                size += len(chunk)
                 if size > limit:
                     raise HttpError(413, "request_too_large", f"request body is over the {limit}-byte limit")
-                chunks.append(body)
-            return bool(message.get("more_body", False))
-        if kind == "http.disconnect":
-            request._is_disconnected = True   # what Starlette's stream records
-            raise HttpError(400, "invalid_request_error", "the client disconnected before sending the whole body")
-        return True
-
-    first = ready_message(request)
-    if first is None or more_after(first):
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + BODY_TOTAL_TIMEOUT_S
-        try:
-            async with asyncio.timeout(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S)) as timer:
-                while more_after(await receive()):
-                    timer.reschedule(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S))
-        except TimeoutError:
-            raise HttpError(408, "timeout_error", f"request body not received in time ({size} bytes arrived; "
-                            f"at most {BODY_IDLE_TIMEOUT_S:g} s between chunks, {BODY_TOTAL_TIMEOUT_S:g} s in all)") from None
-    request._stream_consumed = True   # read: as after Starlette's own stream
+                chunks.append(chunk)
+                timer.reschedule(min(deadline, loop.time() + BODY_IDLE_TIMEOUT_S))
+    except TimeoutError:
+        raise HttpError(408, "timeout_error", f"request body not received in time ({size} bytes arrived; "
+                        f"at most {BODY_IDLE_TIMEOUT_S:g} s between chunks, {BODY_TOTAL_TIMEOUT_S:g} s in all)") from None
+    except ClientDisconnect:
+        raise HttpError(400, "invalid_request_error", "the client disconnected before sending the whole body") from None
     return b"".join(chunks)
 
 
@@ -284,29 +262,25 @@ def json_response(payload: object, status: int = 200, headers: dict[str, str] | 
     return Response(json_bytes(payload), status_code=status, headers=headers, media_type="application/json")
 
 
-def ready_message(request: Request) -> Any:
-    """The request's next ASGI message if the server has it ready at once, else None (nothing is
-    taken: the ``receive()`` coroutine, stepped once by hand, would have waited, and is closed,
-    which unwinds it as a cancellation would: a waiter it queued is removed)."""
-    step = request.receive().__await__()
-    try:
-        step.send(None)
-    except StopIteration as finished:
-        return finished.value
-    step.close()   # it would have waited: nothing has come
-    return None
-
-
 def disconnected(request: Request) -> bool:
     """Whether the client has gone away: ``request.is_disconnected()`` without its cancel scope.
 
     Both take one message from the server if one is ready at once (an ``http.disconnect``: gone)
     and otherwise wait for none. Starlette does it by awaiting ``receive()`` in a scope cancelled
     beforehand (anyio delivers that cancellation through the event loop and formats the task's
-    repr for its message: some 40 µs a request); here :func:`ready_message` steps it once by hand."""
+    repr for its message: some 40 µs a request); here the ``receive()`` coroutine is stepped once
+    by hand: if it returns at once, that is its message; if it would wait, it is closed, which
+    unwinds it as a cancellation would (a waiter it queued is removed)."""
     if getattr(request, "_is_disconnected", False):
         return True
-    message = ready_message(request)
+    step = request.receive().__await__()
+    try:
+        step.send(None)
+    except StopIteration as finished:
+        message = finished.value
+    else:
+        step.close()   # it would have waited: nothing has come
+        return False
     if isinstance(message, dict) and message.get("type") == "http.disconnect":
         request._is_disconnected = True   # what Starlette's own check records
         return True
