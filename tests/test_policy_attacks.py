@@ -732,3 +732,67 @@ def test_bash_runs_what_the_fourth_review_hid(spelling, tmp_path):
     marker = tmp_path / "ran"
     subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
     assert marker.exists(), spelling
+
+
+# V. a fifth review, of section U's code (28 lines, each proved by bash as nobody): sed labels end
+#    at ";" or a blank and addresses hold escaped delimiters and brackets (`:x;1e …`,
+#    `\%x\%b%!e …`, `/[/b/]/!e …`), as a hand-written address reader now reads them; fc -s and
+#    -e run even with -l; strace's -o and -E inside an option bundle (-fo'|…', -fEVAR=…); a
+#    variable's name spelled with quotes or a backslash (GIT_CONFIG_PARAMETER''S=, the name bash
+#    and env see after quote removal: the startup-variable and assignment checks read the line
+#    after quote removal); for/select and a glued printf -vNAME binding one; TAR_OPTIONS,
+#    PERL5OPT, RUBYOPT, NODE_OPTIONS; npx -c; fakeroot's eval'd --faked/-s/-l/-i/-b.
+FIFTH_REVIEW = [
+    "sed ':x;1e rm -rf ~' /etc/hostname",
+    "sed ': x;1e rm -rf ~' /etc/hostname",
+    "sed ':x;s|.*|rm -rf ~|e' /etc/hostname",
+    "sed '\\%x\\%b%!e rm -rf ~' /etc/hostname",
+    "sed '/[/b/]/!e rm -rf ~' /etc/hostname",
+    "set -o history; history -s 'rm -rf ~'\nfc -ls",
+    "set -o history; history -s 'rm -rf ~'\nfc -l -s",
+    "set -o history; history -s 'rm -rf ~'\nfc -l -e -",
+    "strace -fo '|rm -rf ~' true",
+    "strace -qfo '!rm -rf ~' true",
+    "strace -fo'|rm -rf ~' git status",
+    'env GIT_CONFIG_PARAMETER\'\'S="\'core.fsmonitor\'=\'rm -rf ~\'" git status',
+    'env "GIT_CONFIG_PARAMETER"S="\'core.fsmonitor\'=\'rm -rf ~\'" git status',
+    'strace -fEGIT_CONFIG_PARAMETERS="\'core.fsmonitor\'=\'rm -rf ~\'" git status',
+    'strace -qqfEGIT_CONFIG_PARAMETER\'\'S="\'core.fsmonitor\'=\'rm -rf ~\'" git status',
+    "env GIT_SSH_COMMAN''D='rm -rf ~' git ls-remote ssh://x/y",
+    "declare -x GIT_SSH_COMMAN\\D='rm -rf ~'; git ls-remote ssh://x/y",
+    'export GIT_SSH_COMMAN""D=\'rm -rf ~\'; git ls-remote ssh://x/y',
+    "env BASH_FUN''C_ls%%='() { rm -rf ~; }' bash -c ls",
+    "set -a; for GIT_SSH_COMMAND in 'rm -rf ~'; do git ls-remote ssh://x/y; done",
+    "set -a; printf -vGIT_SSH_COMMAND %s 'rm -rf ~'; git ls-remote ssh://x/y",
+    "printf -vPS4 %s '$(rm -rf ~)'; set -x; :",
+    "for PS4 in '$(rm -rf ~)'; do set -x; :; done",
+    'TAR_OPTIONS="--to-command=\'rm -rf ~\'" tar xf /tmp/atk5/t.tar',
+    'TAR_OPTIONS="--checkpoint=1 \'--checkpoint-action=exec=rm -rf ~\'" tar cf /tmp/atk5/run/b.tar /etc/hostname',
+    "env PERL5OPT='-Mbase;system(q(rm -rf ~))' perl /dev/null",
+    "npx -c 'rm -rf ~'",
+    "fakeroot --faked 'rm -rf ~;' git status",
+]
+FIFTH_REVIEW_STILL_READ = ["fc -l", "fc -ln -5", "strace -f -c ls", "strace -e trace=open ls", "npx prettier --check .",
+                           "sed ':a;N;$!ba;s/\\n/ /g' f", "sed '/^[[:space:]]*$/d' f", "sed -n '\\%usr%p' f",
+                           "sed -e :a -e '$!N;s/\\n//;ta' f", "export PYTHONPATH=src", "for f in *.py; do wc -l \"$f\"; done"]
+
+
+@pytest.mark.parametrize("command", FIFTH_REVIEW)
+def test_what_the_fifth_review_found_is_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command
+    assert decision("default", command, ("bash(git status:*)", "bash(git ls-remote:*)")) != "allow", command
+
+
+@pytest.mark.parametrize("command", FIFTH_REVIEW_STILL_READ)
+def test_ordinary_lines_beside_the_fifth_review_stay_allowed(command):
+    assert decision("bypassPermissions", command) == "allow", command
+
+
+@pytest.mark.parametrize("spelling", ["sed ':x;1e touch {marker}' /etc/hostname",
+                                      "sed '/[/b/]/!e touch {marker}' /etc/hostname",
+                                      "set -o history; history -s 'touch {marker}'\nfc -l -s",
+                                      "env BASH_FUN''C_ls%%='() {{ touch {marker}; }}' bash -c ls"])
+def test_bash_runs_what_the_fifth_review_hid(spelling, tmp_path):
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
+    assert marker.exists(), spelling

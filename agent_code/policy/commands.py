@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
-from agent_code.policy.evaluated import read_values
+from agent_code.policy.evaluated import flat_text, read_values
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
 
@@ -127,17 +127,18 @@ _STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS
                   r"|GIT_CONFIG_PARAMETERS|GIT_CONFIG_COUNT|GIT_CONFIG_KEY_\w*|GIT_CONFIG_VALUE_\w*|GIT_CONFIG_GLOBAL"
                   r"|GIT_CONFIG_SYSTEM|GIT_CONFIG|GIT_EXTERNAL_DIFF|GIT_SSH|GIT_SSH_COMMAND|GIT_PROXY_COMMAND"
                   r"|GIT_ASKPASS|SSH_ASKPASS|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|(?:GIT_EDITOR|GIT_SEQUENCE_EDITOR|EDITOR|VISUAL)(?!=(?:true|cat|:)(?:[\s;&|)]|$))"
-                  r"|LESSOPEN|LESSCLOSE|LD_PRELOAD|LD_AUDIT|BROWSER)")
+                  r"|LESSOPEN|LESSCLOSE|LD_PRELOAD|LD_AUDIT|BROWSER|TAR_OPTIONS|PERL5OPT|RUBYOPT|NODE_OPTIONS)")
 _SHELL_STARTUP_VARIABLES = re.compile(r"\b" + _STARTUP_NAMES + r"(?:\[[^]]*\])?\+?=|\b(?:printf\s+-v|read|export|declare"
-                                      r"|typeset|local|readonly|mapfile|readarray|getopts|wait\s+-p)\b[^;&|\n]*\b"
-                                      + _STARTUP_NAMES + r"\b")
+                                      r"|typeset|local|readonly|mapfile|readarray|getopts|wait\s+-p|for|select)\b"
+                                      r"[^;&|\n]*\b" + _STARTUP_NAMES + r"\b|\bprintf\b[^;&|\n]*\s-v" + _STARTUP_NAMES
+                                      + r"\b")
 
 
 def _may_name_startup_code(text: str) -> bool:
     """Whether ``text`` holds a piece every match of :data:`_SHELL_STARTUP_VARIABLES`
     holds: the regex tries its alternatives at every character (0.1 ms on a 2 kB
     line), these substring tests take a microsecond."""
-    return "ENV" in text or "OPTS" in text or "PS" in text or "PROMPT_COMMAND" in text or "BASH_" in text \
+    return "ENV" in text or "OPT" in text or "PS" in text or "PROMPT_COMMAND" in text or "BASH_" in text \
         or "EXECIGNORE" in text or "GIT_" in text or "EDITOR" in text or "VISUAL" in text or "LESS" in text \
         or "LD_PRELOAD" in text or "LD_AUDIT" in text or "BROWSER" in text
 
@@ -783,17 +784,32 @@ def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
     command, ``s///e`` and ``w`` (a file it writes). Long options are read as getopt_long reads
     them, abbreviated too (``split --filt=CMD``)."""
     words = argv[1:]
-    if program == "fc" and not any(w.startswith("-") and "l" in w and not w.startswith("--") for w in words):
-        return "fc runs commands from the shell's history (or its -e editor)"
+    options = [w for w in words if w.startswith("-") and not w.startswith("--") and w != "-"]
+    if program == "fc" and (not any("l" in w for w in options) or any("s" in w or "e" in w for w in options)):
+        return "fc runs commands from the shell's history (or its -e editor; -s and -e run even with -l)"
     if program in ("strace", "ltrace"):
         for k, w in enumerate(words):
             if not w.startswith("-"):
                 break  # the traced command
-            long_output = abbreviates(w, "--output")
-            value = words[k + 1] if (w == "-o" or (long_output and "=" not in w)) and k + 1 < len(words) else \
-                w.split("=", 1)[1] if long_output else w[2:] if w.startswith("-o") else ""
+            nxt = words[k + 1] if k + 1 < len(words) else ""
+            if abbreviates(w, "--output"):
+                value = w.split("=", 1)[1] if "=" in w else nxt
+            elif not w.startswith("--") and "o" in w:  # -o, -oVALUE, or last in a bundle: -fo VALUE, -fo'|…'
+                value = w[w.index("o") + 1:] or nxt
+            else:
+                value = ""
             if value.startswith(("|", "!")):
                 return f"{program} -o '|…' pipes its output into a shell command"
+            if program == "strace" and not w.startswith("--") and "E" in w:  # -E VAR=…, -fEVAR=…
+                variable = (w[w.index("E") + 1:] or nxt).split("=", 1)[0]
+                if re.fullmatch(_STARTUP_NAMES, variable):
+                    return "strace -E sets a variable whose value a program runs"
+    if program == "npx" and (any(w == "-c" or (not w.startswith("--") and "c" in w[1:]) for w in options)
+                             or _any_abbreviates(words, ("--call",))):
+        return "npx -c runs a shell command"
+    if program == "fakeroot" and (any(w[1:2] in ("s", "l", "i", "b") for w in options)
+                                  or _any_abbreviates(words, ("--faked", "--lib"))):
+        return "fakeroot passes its --faked, -s, -i, -l and -b values through eval"
     if program == "flock" and any(w == "-c" or (w.startswith("-") and not w.startswith("--") and "c" in w[1:])
                                   for w in words) or program == "flock" and _any_abbreviates(words, ("--command",)):
         return "flock -c runs a shell command"
@@ -862,8 +878,62 @@ def _sed_scripts(words: tuple[str, ...]) -> list[str] | None:
     return scripts or operands[:1]
 
 
-_SED_ADDRESS = re.compile(r"\s*(?:[0-9]+(?:~[0-9]+)?|\$|/(?:[^/\\\n]|\\.)*/[IM]*|\\(.)(?:(?!\1).|\\.)*?\1[IM]*)?"
-                          r"\s*(?:,\s*(?:[+~]?[0-9]+|\$|/(?:[^/\\\n]|\\.)*/[IM]*))?\s*!?\s*", re.DOTALL)
+def _sed_regex_end(script: str, i: int, delimiter: str) -> int:
+    """Past the delimiter that ends a regex starting at ``script[i]``: escapes skipped, bracket
+    expressions whole (GNU sed reads ``/[/]/`` as one address)."""
+    n = len(script)
+    while i < n:
+        c = script[i]
+        if c == "\\":
+            i += 2
+        elif c == "[":
+            i = _bracket_end(script, i)
+        elif c == delimiter:
+            return i + 1
+        else:
+            i += 1
+    return n
+
+
+def _sed_one_address(script: str, i: int) -> int:
+    """Past one address at ``script[i]`` (a number, ``first~step``, ``$``, ``/re/``, ``\\cREc``, with
+    the I/M flags), or ``i`` when none stands there."""
+    n = len(script)
+    if i < n and script[i].isdigit():
+        while i < n and (script[i].isdigit() or script[i] == "~"):
+            i += 1
+    elif i < n and script[i] == "$":
+        i += 1
+    elif i < n and script[i] == "/":
+        i = _sed_regex_end(script, i + 1, "/")
+    elif i + 1 < n and script[i] == "\\":
+        i = _sed_regex_end(script, i + 2, script[i + 1])
+    else:
+        return i
+    while i < n and script[i] in "IM":
+        i += 1
+    return i
+
+
+def _sed_address_end(script: str, i: int) -> int:
+    """Past the address part of a command at ``script[i]``: blanks, an address, ``,ADDR`` (or
+    ``,+N``/``,~N``), ``!`` (and blanks around them)."""
+    n = len(script)
+    while i < n and script[i] in " \t":
+        i += 1
+    i = _sed_one_address(script, i)
+    while i < n and script[i] in " \t":
+        i += 1
+    if i < n and script[i] == ",":
+        i += 1
+        while i < n and script[i] in " \t":
+            i += 1
+        if i < n and script[i] in "+~":
+            i += 1
+        i = _sed_one_address(script, i)
+    while i < n and script[i] in " \t!":
+        i += 1
+    return i
 
 
 def _bracket_end(script: str, i: int) -> int:
@@ -905,8 +975,7 @@ def _sed_runs_or_writes(words: tuple[str, ...]) -> bool:
                 i = script.find("\n", i)
                 i = n if i < 0 else i
                 continue
-            address = _SED_ADDRESS.match(script, i)  # (every part optional: it always matches)
-            i = address.end() if address is not None else n
+            i = _sed_address_end(script, i)
             if i >= n:
                 break
             command = script[i]
@@ -934,10 +1003,17 @@ def _sed_runs_or_writes(words: tuple[str, ...]) -> bool:
                 if command == "s" and ("e" in script[flags:i] or "w" in script[flags:i]):
                     return True
                 continue
-            if command in "aic:bTtrRqQlL":  # text, a label, a file read or a number: to the end of the line
+            if command in ":bTt":  # a label: GNU sed ends it at ";" or a blank
+                i += 1
+                while i < n and script[i] in " \t":
+                    i += 1
+                while i < n and script[i] not in "; \t\n":
+                    i += 1
+                continue
+            if command in "aicrRqQlL":  # text, a file read or a number: to the end of the line
                 end = script.find("\n", i)
                 stop = n if end < 0 else end
-                if command in "bTtqQlL":  # (these end at ";" too)
+                if command in "qQlL":  # (these end at ";" too)
                     semi = script.find(";", i, stop)
                     stop = semi if semi >= 0 else stop
                 i = stop
@@ -954,7 +1030,8 @@ def analyze(text: str) -> Analysis:
     Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
     recursion allows) comes back ``opaque``."""
     out = Analysis(text)
-    if _may_name_startup_code(text) and _SHELL_STARTUP_VARIABLES.search(text):
+    flat = flat_text(text)  # (after quote removal: `GIT_CONFIG_PARAMETER''S=` is the name it is)
+    if _may_name_startup_code(flat) and _SHELL_STARTUP_VARIABLES.search(flat):
         out.unknown.append("a variable names code a shell (or git, an editor, less) runs, or rebinds a command "
                            "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
     evaluated, out.binds_environment = read_values(text)

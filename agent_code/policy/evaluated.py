@@ -329,6 +329,11 @@ def _flat(text: str) -> str:
     return text.replace("\\\n", "").replace("\\", "").replace("'", "").replace('"', "")
 
 
+def flat_text(text: str) -> str:
+    """``text`` after quote removal (:func:`_flat`), as the patterns of the policy read it."""
+    return _flat(text) if "'" in text or '"' in text or "\\" in text else text
+
+
 def evaluated_code(text: str) -> str | None:
     """Why ``text`` (a command line) may run code hidden in a value it evaluates, or None
     (read after quote removal: :func:`_flat`)."""
@@ -337,7 +342,7 @@ def evaluated_code(text: str) -> str | None:
 
 def read_values(text: str) -> tuple[str | None, bool]:
     """:func:`evaluated_code` and :func:`binds_a_variable` of ``text``, read once."""
-    flat = _flat(text) if "'" in text or '"' in text or "\\" in text else text
+    flat = flat_text(text)
     bound, why = _bindings(flat)
     binds = why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
     return _evaluated_code(flat, why), binds

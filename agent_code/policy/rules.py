@@ -66,6 +66,7 @@ from typing import Iterable, Literal
 
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
+from agent_code.policy.evaluated import flat_text
 from agent_code.policy.commands import Analysis, Command, Invocation, abbreviates, analyze, normalize, own_argv
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
@@ -187,8 +188,8 @@ def _wrapper_does_more(wrapper: str, words: tuple[str, ...]) -> bool:
         if w.startswith("--"):  # long options as getopt_long reads them: abbreviated too (--out=F)
             if any(abbreviates(w, option) for option in acting if option.startswith("--")):
                 return True
-        elif w.startswith("-") and any(w.startswith(option) for option in acting if not option.startswith("--")):
-            return True
+        elif w.startswith("-") and any(option[1] in w[1:] for option in acting if not option.startswith("--")):
+            return True  # a short option alone, glued to its value or in a bundle (-fo FILE, -fEVAR=…)
     return False
 
 
@@ -496,7 +497,7 @@ def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = 
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
-    if analysis.binds_environment or _SETS_VARIABLE.search(analysis.text):
+    if analysis.binds_environment or _SETS_VARIABLE.search(flat_text(analysis.text)):
         return None
     if _leaves_the_project(analysis.commands, root):
         return None
