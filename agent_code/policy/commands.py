@@ -223,6 +223,7 @@ class Analysis:
     # a command binds a variable that may be in the environment without "=" (for HOME in …, read
     # PATH), or one whose name is only known when it runs (evaluated.binds_a_variable)
     binds_environment: bool = False
+    flat: str = ""  # the text after quote removal (evaluated.flat_text), as the patterns read it
 
 
 def program_name(word: str) -> str:
@@ -776,6 +777,10 @@ def _any_abbreviates(words: tuple[str, ...], options: tuple[str, ...]) -> bool:
     return any(abbreviates(w, option) for w in words if w.startswith("--") for option in options)
 
 
+_GIVEN_COMMAND_RUNNERS = frozenset({"fc", "strace", "ltrace", "npx", "fakeroot", "flock", "split", "tar", "gtar",
+                                    "bsdtar", "sed", "gsed"})
+
+
 def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
     """Options and builtins that run a shell command they are given, which the line shows only
     as a word: ``fc`` (it runs history entries, or its -e editor), ``strace``/``ltrace -o
@@ -783,6 +788,8 @@ def _runs_given_command(program: str, argv: tuple[str, ...]) -> str | None:
     ``-I``/``--use-compress-program``, ``--to-command``, ``-F``/``--info-script``, and sed's ``e``
     command, ``s///e`` and ``w`` (a file it writes). Long options are read as getopt_long reads
     them, abbreviated too (``split --filt=CMD``)."""
+    if program not in _GIVEN_COMMAND_RUNNERS:  # (most commands)
+        return None
     words = argv[1:]
     options = [w for w in words if w.startswith("-") and not w.startswith("--") and w != "-"]
     if program == "fc" and (not any("l" in w for w in options) or any("s" in w or "e" in w for w in options)):
@@ -1030,11 +1037,11 @@ def analyze(text: str) -> Analysis:
     Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
     recursion allows) comes back ``opaque``."""
     out = Analysis(text)
-    flat = flat_text(text)  # (after quote removal: `GIT_CONFIG_PARAMETER''S=` is the name it is)
+    flat = out.flat = flat_text(text)  # (after quote removal: `GIT_CONFIG_PARAMETER''S=` is the name it is)
     if _may_name_startup_code(flat) and _SHELL_STARTUP_VARIABLES.search(flat):
         out.unknown.append("a variable names code a shell (or git, an editor, less) runs, or rebinds a command "
                            "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
-    evaluated, out.binds_environment = read_values(text)
+    evaluated, out.binds_environment = read_values(text, flat)
     if evaluated is not None:
         out.unknown.append(evaluated)
     try:

@@ -340,9 +340,10 @@ def evaluated_code(text: str) -> str | None:
     return read_values(text)[0]
 
 
-def read_values(text: str) -> tuple[str | None, bool]:
-    """:func:`evaluated_code` and :func:`binds_a_variable` of ``text``, read once."""
-    flat = flat_text(text)
+def read_values(text: str, flat: str | None = None) -> tuple[str | None, bool]:
+    """:func:`evaluated_code` and :func:`binds_a_variable` of ``text`` (``flat``: its
+    :func:`flat_text`, when the caller has it), read once."""
+    flat = flat_text(text) if flat is None else flat
     bound, why = _bindings(flat)
     binds = why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
     return _evaluated_code(flat, why), binds

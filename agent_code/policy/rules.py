@@ -497,7 +497,7 @@ def _allowed_command(rules: list[Rule], analysis: Analysis, root: Path | None = 
     """Allowed only if every command in the line is allowed (see the module doc)."""
     if analysis.opaque or analysis.fork_bomb or analysis.errors or analysis.unknown:
         return None
-    if analysis.binds_environment or _SETS_VARIABLE.search(flat_text(analysis.text)):
+    if analysis.binds_environment or _SETS_VARIABLE.search(analysis.flat or flat_text(analysis.text)):
         return None
     if _leaves_the_project(analysis.commands, root):
         return None
