@@ -4,7 +4,11 @@ One package, below the agent loop and above the tools it judges:
 
 - ``shell_syntax`` — bash parsed with tree-sitter's grammar into pipelines, commands
   and words (quoting, substitutions, here-documents opened up), no process started;
+- ``misreads`` — where tree-sitter-bash and bash read a line differently (asked about);
 - ``commands`` — what a command line would run, at any depth, unwrapped and normalized;
+- ``evaluated`` — text bash evaluates later (arithmetic, subscripts, namerefs, ``${x@P}``);
+- ``runners`` — commands and options that run a command given as a word (``sed e``,
+  ``strace -o '|…'``, ``fc`` …), and the variables programs take code from;
 - ``denylist`` — the built-in deny list, on in every mode;
 - ``rules`` — ``allow``/``ask``/``deny`` rules (``bash(git diff:*)``, ``read_file(src/**)``);
 - ``settings`` — the ``permissions`` section of a settings file;

@@ -67,7 +67,8 @@ from typing import Iterable, Literal
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
 from agent_code.policy.evaluated import flat_text
-from agent_code.policy.commands import Analysis, Command, Invocation, abbreviates, analyze, normalize, own_argv
+from agent_code.policy.commands import Analysis, Command, Invocation, analyze, normalize, own_argv
+from agent_code.policy.runners import abbreviates
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
