@@ -26,6 +26,15 @@ def decision(mode: str, command: str, allow: tuple[str, ...] = (), root: Path | 
 # A. an allow rule approving a line that changes what the allowed program runs: git's global
 #    options and program-valued options, variables set on the line (prefix, env, export, printf -v),
 #    archives and patches that write the files they name
+
+def bash_runs_the_marker(spelling: str, tmp_path: Path) -> bool:
+    """Whether real bash, running ``spelling`` with ``{marker}`` filled in, creates the marker
+    (the proof that a line hid a command)."""
+    marker = tmp_path / "ran"
+    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
+    return marker.exists()
+
+
 RULE_BYPASSES = [
     ("git -c core.fsmonitor='touch /tmp/x' status", "bash(git status:*)"),
     ("git -c diff.external=id diff", "bash(git diff:*)"),
@@ -467,9 +476,7 @@ def test_here_documents_read_as_bash_reads_them_are_read(command):
                                       "cat <<-EOF\n\t$(touch {marker})\nEOF", "cat <<$X\n$(touch {marker})\n$X"])
 def test_bash_runs_what_the_grammar_misread(spelling, tmp_path):
     """What sections N–P guard against, run for real: bash runs the command the tree hid."""
-    marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
-    assert marker.exists(), spelling
+    assert bash_runs_the_marker(spelling, tmp_path), spelling
 
 
 # Q. code in a value that bash evaluates (agent_code/policy/evaluated.py): an array subscript is
@@ -524,9 +531,7 @@ def test_arithmetic_on_numbers_is_still_read(command):
                                       "x='$(touch {marker})'; echo \"${{x@P}}\"", "printf -v 'a[$(touch {marker})]' x",
                                       "echo 'a[$(touch {marker})]' > n.txt; echo $(( $(cat n.txt) ))"])
 def test_bash_runs_the_code_in_an_evaluated_value(spelling, tmp_path):
-    marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
-    assert marker.exists(), spelling
+    assert bash_runs_the_marker(spelling, tmp_path), spelling
 
 
 # R. glob brackets: a POSIX class (`/[[:alpha:]]*`, every top directory) was read as the
@@ -610,9 +615,7 @@ def test_ordinary_lines_beside_the_second_review_stay_allowed(command):
                                       "x=a$'\\x5b\\x24(touch {marker})]'; echo $((x))", "trap -- '-;touch {marker}' EXIT",
                                       "printf 'a\\n' | mapfile -C 'touch {marker};:' -c 1 arr"])
 def test_bash_runs_what_the_second_review_hid(spelling, tmp_path):
-    marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path)
-    assert marker.exists(), spelling
+    assert bash_runs_the_marker(spelling, tmp_path), spelling
 
 
 # T. the third attacker review: a value built with printf escapes ('a\x5b$\x28…\x29]' prints
@@ -729,9 +732,7 @@ def test_loop_variables_that_are_no_environment_variable_keep_a_rule():
     "read -r <<<\"$(printf 'a\\x5b$\\x28touch {marker}\\x29]')\" x; echo $((x))",
 ])
 def test_bash_runs_what_the_fourth_review_hid(spelling, tmp_path):
-    marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
-    assert marker.exists(), spelling
+    assert bash_runs_the_marker(spelling, tmp_path), spelling
 
 
 # V. a fifth review, of section U's code (28 lines, each proved by bash as nobody): sed labels end
@@ -793,6 +794,21 @@ def test_ordinary_lines_beside_the_fifth_review_stay_allowed(command):
                                       "set -o history; history -s 'touch {marker}'\nfc -l -s",
                                       "env BASH_FUN''C_ls%%='() {{ touch {marker}; }}' bash -c ls"])
 def test_bash_runs_what_the_fifth_review_hid(spelling, tmp_path):
-    marker = tmp_path / "ran"
-    subprocess.run(["bash", "-c", spelling.format(marker=marker)], capture_output=True, cwd=tmp_path, timeout=30)
-    assert marker.exists(), spelling
+    assert bash_runs_the_marker(spelling, tmp_path), spelling
+
+
+# the next spellings an attacker would try for sections U and V (a path or a wrapper before the
+# program, ANSI-C or split quotes around the script, an option that only reads, the variable
+# exported first, the script fed on stdin)
+NEXT_VARIANTS = [
+    "/usr/bin/sed -n '1e rm -rf ~' f", "busybox sed '1e rm -rf ~' f", "sed --posix -n '1e rm -rf ~' f",
+    "command fc -s", "\\fc -e - ", "nice sed 's/x/rm -rf ~/e' f", "sed -n $'1e rm -rf ~' f", "sed -n '1'e' rm -rf ~' f",
+    "env -i LESSOPEN='|rm -rf ~ %s' less f", "export LESSOPEN='|rm -rf ~ %s'; less f",
+    "timeout 5 strace --output='|rm -rf ~' true", "xargs -a f sed '1e rm -rf ~'", "sed -f - f <<< '1e rm -rf ~'",
+    "gtar --to-command='rm -rf ~' -xf x", "tar -xf x --use-compress-prog='rm -rf ~;:'",
+]
+
+
+@pytest.mark.parametrize("command", NEXT_VARIANTS)
+def test_the_next_variants_of_the_fourth_and_fifth_reviews_are_asked(command):
+    assert decision("bypassPermissions", command) in ("ask", "deny"), command

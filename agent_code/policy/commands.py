@@ -212,7 +212,7 @@ class Analysis:
     unknown: list[str] = field(default_factory=list)  # what runs but cannot be judged (eval "$x", $cmd …)
     functions: set[str] = field(default_factory=set)  # functions the line defines (their bodies are analysed)
     # a command binds a variable that may be in the environment without "=" (for HOME in …, read
-    # PATH), or one whose name is only known when it runs (evaluated.binds_a_variable)
+    # PATH), or one whose name is only known when it runs (evaluated.read_values)
     binds_environment: bool = False
     flat: str = ""  # the text after quote removal (evaluated.flat_text), as the patterns read it
 

@@ -220,15 +220,6 @@ def _bindings(text: str) -> tuple[set[str], str | None]:
 _LOWERCASE_ENVIRONMENT = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy"})
 
 
-def binds_a_variable(text: str) -> bool:
-    """Whether a command of ``text`` (a command line) binds a variable that may be in the
-    environment of the commands after it, without an assignment's ``NAME=`` (``for HOME in …``,
-    ``read PATH``, ``printf -v GIT_DIR``, ``getopts`` …), or one whose name is only known when it
-    runs: what a later command then runs with may differ from what it shows. Environment
-    variables are the upper-case names (and the lower-case proxies); a loop's ``f`` is none."""
-    return read_values(text)[1]
-
-
 def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
     """Add to ``bound`` what one command sets from what runs; why nothing can be trusted, or None."""
     if command in ("for", "select"):
@@ -341,8 +332,12 @@ def evaluated_code(text: str) -> str | None:
 
 
 def read_values(text: str, flat: str | None = None) -> tuple[str | None, bool]:
-    """:func:`evaluated_code` and :func:`binds_a_variable` of ``text`` (``flat``: its
-    :func:`flat_text`, when the caller has it), read once."""
+    """:func:`evaluated_code` of ``text`` (``flat``: its :func:`flat_text`, when the caller has
+    it), and whether a command of it binds a variable that may be in the environment of the
+    commands after it without an assignment's ``NAME=`` (``for HOME in …``, ``read PATH``,
+    ``printf -v GIT_DIR``, ``getopts`` …) or one whose name is only known when it runs: what a
+    later command then runs with may differ from what it shows. Environment variables are the
+    upper-case names (and the lower-case proxies); a loop's ``f`` is none. Read once."""
     flat = flat_text(text) if flat is None else flat
     bound, why = _bindings(flat)
     binds = why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
