@@ -202,6 +202,23 @@ def test_main_job_scripted_solves_every_bundled_task(tmp_path):
         assert (out / name).stat().st_size > 0
 
 
+def _communicate_or_dump(proc, timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout)``; past it, the run's stacks (``kill -USR1``: its threads
+    and asyncio tasks, agent_code/cli/stacks.py) go into the failure, then it is killed."""
+    import signal
+    import subprocess
+    import time
+
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"the run did not stop within {timeout:g} s; its stacks:\n{stderr[-12000:]}") from None
+
+
 def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
     import signal
     import subprocess
@@ -222,7 +239,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
         time.sleep(0.2)
     time.sleep(2)                       # the second rollout's agent is now waiting on the model
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = _communicate_or_dump(proc, 60)
     assert proc.returncode == 130, stderr[-2000:]
     rows = {r["task_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert rows["thermo-fahrenheit"]["status"] == "completed"
@@ -262,3 +279,35 @@ def test_a_stopped_rollout_names_the_session_it_opened(monkeypatch):
     assert stopped.abort_reason == "interrupted"
     assert (stopped.rollout_id, stopped.session_id) == opened[0]
     assert session_of(recorded, "thermo-fahrenheit", 0) == opened[0][1]
+
+
+def test_kill_usr1_prints_where_a_run_is_and_the_run_goes_on(tmp_path):
+    """``kill -USR1``: a rollout run writes its threads' and asyncio tasks' stacks to stderr
+    (the second rollout's task waits in run_rollout) and carries on; Ctrl-C then stops it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    qwen25_renderer()
+    tasks = tasks_file(tmp_path, ["thermo-fahrenheit", "pager-last-page"])
+    script = write_script(tmp_path, [say("Done quickly.", "thermo-fahrenheit.0"),
+                                     say("never delivered", "pager-last-page.0", delay=600)])
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "agent_code", "rollout", str(tasks), "--engine", f"scripted:{script}",
+                             "--out", str(out)], env=cli_env(TMPDIR=str(private_tmp(tmp_path))),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    assert proc.poll() is None               # it goes on
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = _communicate_or_dump(proc, 60)
+    assert proc.returncode == 130, stderr[-2000:]
+    dump = stderr[stderr.index("stacks on signal"):stderr.index("--- end of stacks ---")]
+    assert "Current thread" in dump or "Thread 0x" in dump      # faulthandler's thread stacks
+    assert "run_rollout" in dump and "task " in dump             # the asyncio task of the waiting rollout

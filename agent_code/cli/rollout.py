@@ -359,6 +359,9 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
 
 
 def main(argv: list[str]) -> None:
+    from agent_code.cli.stacks import dump_stacks_on_sigusr1
+
+    dump_stacks_on_sigusr1()  # `kill -USR1 PID`: where a run that seems stuck is
     app(args=_ray_flag(argv), prog_name="agent-code rollout")
 
 

@@ -183,4 +183,7 @@ def serve(
 
 
 def main(argv: list[str]) -> None:
+    from agent_code.cli.stacks import dump_stacks_on_sigusr1
+
+    dump_stacks_on_sigusr1()  # `kill -USR1 PID`: where a gateway that seems stuck is
     app(args=argv, prog_name="agent-code serve")
