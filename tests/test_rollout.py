@@ -219,8 +219,9 @@ def _communicate_or_dump(proc, timeout: float) -> tuple[str, str]:
         raise AssertionError(f"the run did not stop within {timeout:g} s; its stacks:\n{stderr[-12000:]}") from None
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
-    import signal
+def _rollout_waiting_on_the_model(tmp_path):
+    """A rollout run of two tasks whose first rollout has finished and whose second one's
+    agent waits on a model reply that never comes: the process, its --out and its TMPDIR."""
     import subprocess
     import sys
     import time
@@ -238,6 +239,13 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
         time.sleep(0.2)
     time.sleep(2)                       # the second rollout's agent is now waiting on the model
+    return proc, out, tmp
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
+    import signal
+
+    proc, out, tmp = _rollout_waiting_on_the_model(tmp_path)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = _communicate_or_dump(proc, 60)
     assert proc.returncode == 130, stderr[-2000:]
@@ -285,23 +293,9 @@ def test_kill_usr1_prints_where_a_run_is_and_the_run_goes_on(tmp_path):
     """``kill -USR1``: a rollout run writes its threads' and asyncio tasks' stacks to stderr
     (the second rollout's task waits in run_rollout) and carries on; Ctrl-C then stops it."""
     import signal
-    import subprocess
-    import sys
     import time
 
-    qwen25_renderer()
-    tasks = tasks_file(tmp_path, ["thermo-fahrenheit", "pager-last-page"])
-    script = write_script(tmp_path, [say("Done quickly.", "thermo-fahrenheit.0"),
-                                     say("never delivered", "pager-last-page.0", delay=600)])
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "agent_code", "rollout", str(tasks), "--engine", f"scripted:{script}",
-                             "--out", str(out)], env=cli_env(TMPDIR=str(private_tmp(tmp_path))),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_text().strip():
-        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
-        time.sleep(0.2)
-    time.sleep(2)
+    proc, _, _ = _rollout_waiting_on_the_model(tmp_path)
     proc.send_signal(signal.SIGUSR1)
     time.sleep(1)
     assert proc.poll() is None               # it goes on
