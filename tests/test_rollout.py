@@ -221,7 +221,11 @@ def _communicate_or_dump(proc, timeout: float) -> tuple[str, str]:
 
 def _rollout_waiting_on_the_model(tmp_path):
     """A rollout run of two tasks whose first rollout has finished and whose second one's
-    agent waits on a model reply that never comes: the process, its --out and its TMPDIR."""
+    agent waits on a model reply that never comes: the process, its --out and its TMPDIR.
+    It starts with SIGINT's default action, as under a terminal: a test run started in the
+    background of a non-interactive shell ignores SIGINT, and its children inherit that, so
+    Python would install no Ctrl-C handler in the run and the signal would do nothing."""
+    import signal
     import subprocess
     import sys
     import time
@@ -233,7 +237,8 @@ def _rollout_waiting_on_the_model(tmp_path):
     out = tmp_path / "out"
     tmp = private_tmp(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "agent_code", "rollout", str(tasks), "--engine", f"scripted:{script}",
-                             "--out", str(out)], env=cli_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--out", str(out)], env=cli_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out / "results.jsonl").is_file() or not (out / "results.jsonl").read_text().strip():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
