@@ -684,3 +684,40 @@ def test_the_gateway_relay_works_from_a_sandbox_deep_in_the_tree(tmp_path):
         sock, seen = run(go())
     assert len(str(sock)) > 108
     assert seen.stdout == "GATEWAY /v1/deep", seen.output()
+
+
+def test_an_agent_cannot_signal_the_orchestrator_or_another_host_process():
+    """``kill -USR1`` makes a rollout run dump its stacks, ``-INT`` stops it: an agent must not
+    reach the run (this process stands for it) nor any other host process (a witness) with any
+    signal, by number or by name, through kill, /bin/kill or Python. The control: the same kill
+    stops a process of its own."""
+    import subprocess
+    import time
+
+    witness = subprocess.Popen(["sleep", "300"])
+    targets = f"{os.getpid()} {witness.pid}"
+    probe = (f"sleep 300 & own=$!; kill -TERM $own && wait $own; echo OWN-KILLED $?\n"
+             f"for pid in {targets}; do for sig in USR1 INT TERM KILL 0; do\n"
+             f"  kill -s $sig $pid 2>/dev/null && echo SENT-BUILTIN $sig $pid\n"
+             f"  /bin/kill -s $sig $pid 2>/dev/null && echo SENT-BIN $sig $pid\n"
+             f"done; {sys.executable} -c 'import os,sys,signal\n"
+             f"for s in (signal.SIGUSR1, signal.SIGINT, signal.SIGKILL, 0):\n"
+             f"  try: os.kill(int(sys.argv[1]), s); print(\"SENT-PY\", s)\n"
+             f"  except OSError as e: pass' $pid; done; echo PROBE-DONE")
+
+    async def go():
+        async with LocalSandbox() as box:
+            job = await box.start(f"bash -c {shlex.quote(probe)}", user="agent")
+            return await box.wait(job, budget=60)
+
+    try:
+        result = run(go())
+        time.sleep(0.2)
+        alive = witness.poll() is None
+    finally:
+        witness.kill()
+        witness.wait()
+    out = result.stdout
+    assert "PROBE-DONE" in out and "OWN-KILLED 143" in out, out + result.stderr   # kill works on its own
+    assert "SENT-" not in out, out                                                # and reaches nothing outside
+    assert alive
