@@ -22,7 +22,7 @@ def _dump(signum: int, frame: FrameType | None) -> None:
         loop = None
     if loop is not None:
         for task in asyncio.all_tasks(loop):
-            err.write(f"task {task.get_name()}: {task!r}\n"[:2000])
+            err.write(f"task {task.get_name()}: {task!r}"[:2000] + "\n")
             task.print_stack(limit=20, file=err)
     err.write("--- end of stacks ---\n")
     err.flush()
