@@ -93,6 +93,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
+from mypy_extensions import mypyc_attr
+
 from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
@@ -147,6 +149,7 @@ class Finding:
 
 # --- where the protected places are -------------------------------------------------
 
+@mypyc_attr(native_class=False)  # (see native.py: cached_property keeps values in __dict__)
 @dataclass(frozen=True)
 class Places:
     """The protected places of one project for one user: ``root`` and ``home`` as given,

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, Sequence, Union
 
+from mypy_extensions import mypyc_attr
+
 import tree_sitter
 
 from agent_code.policy import misreads
@@ -87,6 +89,7 @@ class Simple(NamedTuple):
         return tuple(w.text for w in self.words)
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Compound:
     """A compound command as one pipeline stage: its body, and redirections on it."""
@@ -102,6 +105,7 @@ class Compound:
 Stage = Union[Simple, Compound]
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Script:
     pipelines: tuple[tuple[Stage, ...], ...] = ()
@@ -824,6 +828,10 @@ class _Reader:
             if kind == "command_name":
                 continue
             if kind.endswith("redirect") or kind == "variable_assignment":
+                return None
+            if kind != "raw_string" and _HIDDEN_SUBSTITUTION.search(self.text(child)):
+                # a word that may run a substitution is not literal; returning before reading it
+                # keeps `$(echo $(echo …))` linear (reading it here and again in `word`: 2^depth)
                 return None
             word = self.word(child, kind)
             if word.dynamic or word.subs:
