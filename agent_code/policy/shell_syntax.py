@@ -830,7 +830,7 @@ class _Reader:
             if kind.endswith("redirect") or kind == "variable_assignment":
                 return None
             if kind != "raw_string" and _HIDDEN_SUBSTITUTION.search(self.text(child)):
-                # a word that may run a substitution is not literal; returning before reading it
+                # a word that may run a substitution is not literal: returning before reading it
                 # keeps `$(echo $(echo …))` linear (reading it here and again in `word`: 2^depth)
                 return None
             word = self.word(child, kind)

@@ -1,0 +1,130 @@
+"""Nested command lines cost the policy work in proportion to their length.
+
+An attack on the check itself: `echo $(echo $(echo … x))` twenty levels deep (166 bytes) once
+took 10 s to judge and every further level doubled it, because the `$(echo WORDS)` folding read
+each inner word, and ``word`` then read it again for its substitutions (2^depth readings). A
+model that sends such a line stalls the agent (or a rollout worker) without running anything.
+
+Each nesting the shell or tree-sitter's tree has is built at two depths; the reader's work
+(counted calls, not time) at the double depth may be at most a little over double. Deep lines
+of every kind are then judged all the way, to a decision that does not allow them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from agent_code.policy import shell_syntax
+from agent_code.policy.commands import clear_caches
+from agent_code.policy.permissions import PermissionPolicy
+from agent_code.policy.rules import RuleSet
+from agent_code.tools import default_tools
+
+
+def nested(n: int) -> dict[str, str]:
+    """A line nested ``n`` levels deep for each way a command line nests."""
+    return {
+        "dollar-paren": "echo " + "$(echo " * n + "x" + ")" * n,
+        "quoted-dollar-paren": "echo " + '"$(echo ' * n + "x" + ')"' * n,
+        "echo-args": "echo " + "$(echo a b " * n + "x" + ")" * n,
+        "backquotes-in-dollar-paren": "echo " + "$(echo `echo " * n + "x" + "`)" * n,
+        "subshell": "( " * n + "true" + " )" * n,
+        "group": "{ " * n + "true; " + "}; " * (n - 1) + "}",
+        "and-list": " && ".join(["true"] * n),
+        "pipeline": " | ".join(["cat"] * n),
+        "arith-parens": "echo $(( " + "(" * n + "1" + ")" * n + " ))",
+        "arith-plus": "echo $(( " + "+".join(["1"] * n) + " ))",
+        "arith-unary": "echo $(( " + "-" * n + "1 ))",
+        "arith-ternary": "echo $(( " + "1?" * n + "1" + ":1" * n + " ))",
+        "expansion-default": "echo " + "${a:-" * n + "x" + "}" * n,
+        "expansion-sub": "echo " + "${a:-$(echo " * n + "x" + ")}" * n,
+        "process-sub": "cat " + "<(cat " * n + "x" + ")" * n,
+        "if": "if true; then " * n + "true" + "; fi" * n,
+        "while": "while false; do " * n + "true" + "; done" * n,
+        "for": "for i in 1; do " * n + "true" + "; done" * n,
+        "case": "case x in x) " * n + "true" + ";; esac" * n,
+        "function": "f() { " * n + "true; " + "}; " * (n - 1) + "}",
+        "test-parens": "[[ " + "( " * n + "-n x" + " )" * n + " ]]",
+        "test-and": "[[ " + " && ".join(["-n x"] * n) + " ]]",
+        "array": "a=( " + "$(echo " * n + "x" + ")" * n + " )",
+        "assign-chain": "a=" + "$(b=" * n + "x" + ")" * n,
+        "heredoc-sub": "cat <<EOF\n" + "$(echo " * n + "x" + ")" * n + "\nEOF",
+        "herestring": "cat <<< " + "$(cat <<< " * n + "x" + ")" * n,
+        "old-arith": "echo " + "$[" * n + "1" + "]" * n,
+        "redirect-sub": "echo x > " + "$(echo " * n + "x" + ")" * n,
+        "subscript": "echo " + "${a[" * n + "1" + "]}" * n,
+        "declare-sub": "declare a=" + "$(declare b=" * n + "x" + ")" * n,
+        "quote-mix": "echo " + "\"'$(" * n + "x" + ")'\"" * n,
+    }
+
+
+COUNTED = ("container", "word", "_parts", "_opened", "_echoed", "command")
+
+
+@pytest.fixture
+def reader_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list: how many times the reader's recursive methods were entered."""
+    calls = [0]
+    for name in COUNTED:
+        original = getattr(shell_syntax._Reader, name)
+
+        @functools.wraps(original)
+        def counted(self, *args, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(shell_syntax._Reader, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("kind", sorted(nested(2)))
+def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
+    work = {}
+    for n in (6, 12):
+        clear_caches()
+        reader_calls[0] = 0
+        shell_syntax.parse(nested(n)[kind])
+        work[n] = reader_calls[0]
+    assert work[6] > 0, "the counted methods were not called: the count measures nothing"
+    assert work[12] <= 2.5 * work[6] + 20, f"{kind}: {work} reader calls at depth 6 and 12 (grows faster than the line)"
+
+
+def test_the_count_sees_a_doubling_reader(reader_calls, monkeypatch):
+    """The control: a reader that reads every substitution twice (the old folding) fails the bound."""
+    original = shell_syntax._Reader._opened
+
+    def twice(self, node):  # type: ignore[no-untyped-def]
+        original(self, node)
+        return original(self, node)
+
+    monkeypatch.setattr(shell_syntax._Reader, "_opened", twice)
+    work = {}
+    for n in (6, 12):
+        reader_calls[0] = 0
+        shell_syntax.parse(nested(n)["dollar-paren"])
+        work[n] = reader_calls[0]
+    assert work[12] > 2.5 * work[6] + 20
+
+
+@pytest.mark.parametrize("mode", ["default", "bypassPermissions"])
+def test_deeply_nested_lines_of_every_kind_are_judged_and_not_allowed_unseen(mode):
+    """300 levels (past what the analysis follows): each line gets a decision at once, and no
+    `rm -rf /` hidden at the bottom is allowed, even with an allow rule for the outer program."""
+    bash = default_tools().get("bash")
+    rules = RuleSet.from_lists(allow=["bash(echo:*)", "bash(cat:*)", "bash(true:*)"])
+    policy = PermissionPolicy(mode, rules=rules, ask=lambda tool, arguments: False)
+    judged = 0
+    for kind, line in nested(300).items():
+        if kind.startswith(("test-", "arith-", "old-arith", "subscript", "pipeline")):
+            continue  # no command at the bottom (a test, a number, a last `cat`)
+        if "x" in line:  # the innermost word, in a substitution: a command of its own there
+            hidden = line.replace("x", "$(rm -rf /)", 1)
+        else:  # the innermost `true`
+            before, _, after = line.rpartition("true")
+            hidden = before + "rm -rf /" + after
+        judged += 1
+        decision = policy.check(bash, {"command": hidden})
+        assert not decision.allowed, f"{kind}: allowed {hidden[:80]!r}…"
+    assert judged >= 20
