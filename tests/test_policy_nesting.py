@@ -128,3 +128,28 @@ def test_deeply_nested_lines_of_every_kind_are_judged_and_not_allowed_unseen(mod
         decision = policy.check(bash, {"command": hidden})
         assert not decision.allowed, f"{kind}: allowed {hidden[:80]!r}…"
     assert judged >= 20
+
+
+# the next spellings after the fix: an `echo` argument that may run a substitution is no longer
+# folded, so the folded output must not be what lets `rm -rf /` through (bypassPermissions, with
+# `rm` allowed by a rule: only the deny list stands between the line and the machine)
+FOLDING_VARIANTS = [
+    ("rm -rf $(echo /)", "deny"),                           # folded: the output is /
+    ("rm -rf $(echo / $(true))", "deny"),                   # an argument runs a substitution
+    ("rm -rf $(echo / \\$\\(x\\))", "deny"),                # escaped: text that looks like one
+    ("rm -rf $(echo /`true`)", "deny"),
+    ("rm -rf $(echo <(true) /)", "deny"),
+    ("rm -rf $(echo \"/\" >(true))", "deny"),
+    ("rm -rf $(echo ${a:-/})", "deny"),
+    ("rm -rf \"$(echo \"/$(true)\")\"", "deny"),
+    ("rm -rf $(echo -n /$(echo))", "deny"),
+    ("rm -rf \"$(echo / '$(x)')\"", "allow"),               # one path, `/ $(x)`: not /
+    ("rm -rf $(echo $'/\\x24(x)')", "allow"),               # prints `/$(x)`, never run again
+]
+
+
+@pytest.mark.parametrize("line, expected", FOLDING_VARIANTS)
+def test_echo_folding_variants_keep_their_decision(line, expected):
+    bash = default_tools().get("bash")
+    policy = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(rm:*)"]))
+    assert policy.explain(bash, {"command": line}).behavior == expected
