@@ -79,14 +79,20 @@ def reader_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("kind", sorted(nested(2)))
-def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
+def reader_work(kind: str, calls: list[int]) -> dict[int, int]:
+    """The reader's counted calls for the ``kind`` line nested 6 and 12 levels deep."""
     work = {}
     for n in (6, 12):
         clear_caches()
-        reader_calls[0] = 0
+        calls[0] = 0
         shell_syntax.parse(nested(n)[kind])
-        work[n] = reader_calls[0]
+        work[n] = calls[0]
+    return work
+
+
+@pytest.mark.parametrize("kind", sorted(nested(2)))
+def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
+    work = reader_work(kind, reader_calls)
     assert work[6] > 0, "the counted methods were not called: the count measures nothing"
     assert work[12] <= 2.5 * work[6] + 20, f"{kind}: {work} reader calls at depth 6 and 12 (grows faster than the line)"
 
@@ -100,11 +106,7 @@ def test_the_count_sees_a_doubling_reader(reader_calls, monkeypatch):
         return original(self, node)
 
     monkeypatch.setattr(shell_syntax._Reader, "_opened", twice)
-    work = {}
-    for n in (6, 12):
-        reader_calls[0] = 0
-        shell_syntax.parse(nested(n)["dollar-paren"])
-        work[n] = reader_calls[0]
+    work = reader_work("dollar-paren", reader_calls)
     assert work[12] > 2.5 * work[6] + 20
 
 
