@@ -79,14 +79,20 @@ def reader_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("kind", sorted(nested(2)))
-def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
+def reader_work(kind: str, calls: list[int]) -> dict[int, int]:
+    """The reader's counted calls for the ``kind`` line nested 6 and 12 levels deep."""
     work = {}
     for n in (6, 12):
         clear_caches()
-        reader_calls[0] = 0
+        calls[0] = 0
         shell_syntax.parse(nested(n)[kind])
-        work[n] = reader_calls[0]
+        work[n] = calls[0]
+    return work
+
+
+@pytest.mark.parametrize("kind", sorted(nested(2)))
+def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
+    work = reader_work(kind, reader_calls)
     assert work[6] > 0, "the counted methods were not called: the count measures nothing"
     assert work[12] <= 2.5 * work[6] + 20, f"{kind}: {work} reader calls at depth 6 and 12 (grows faster than the line)"
 
@@ -100,11 +106,7 @@ def test_the_count_sees_a_doubling_reader(reader_calls, monkeypatch):
         return original(self, node)
 
     monkeypatch.setattr(shell_syntax._Reader, "_opened", twice)
-    work = {}
-    for n in (6, 12):
-        reader_calls[0] = 0
-        shell_syntax.parse(nested(n)["dollar-paren"])
-        work[n] = reader_calls[0]
+    work = reader_work("dollar-paren", reader_calls)
     assert work[12] > 2.5 * work[6] + 20
 
 
@@ -128,3 +130,28 @@ def test_deeply_nested_lines_of_every_kind_are_judged_and_not_allowed_unseen(mod
         decision = policy.check(bash, {"command": hidden})
         assert not decision.allowed, f"{kind}: allowed {hidden[:80]!r}…"
     assert judged >= 20
+
+
+# the next spellings after the fix: an `echo` argument that may run a substitution is no longer
+# folded, so the folded output must not be what lets `rm -rf /` through (bypassPermissions, with
+# `rm` allowed by a rule: only the deny list stands between the line and the machine)
+FOLDING_VARIANTS = [
+    ("rm -rf $(echo /)", "deny"),                           # folded: the output is /
+    ("rm -rf $(echo / $(true))", "deny"),                   # an argument runs a substitution
+    ("rm -rf $(echo / \\$\\(x\\))", "deny"),                # escaped: text that looks like one
+    ("rm -rf $(echo /`true`)", "deny"),
+    ("rm -rf $(echo <(true) /)", "deny"),
+    ("rm -rf $(echo \"/\" >(true))", "deny"),
+    ("rm -rf $(echo ${a:-/})", "deny"),
+    ("rm -rf \"$(echo \"/$(true)\")\"", "deny"),
+    ("rm -rf $(echo -n /$(echo))", "deny"),
+    ("rm -rf \"$(echo / '$(x)')\"", "allow"),               # one path, `/ $(x)`: not /
+    ("rm -rf $(echo $'/\\x24(x)')", "allow"),               # prints `/$(x)`, never run again
+]
+
+
+@pytest.mark.parametrize("line, expected", FOLDING_VARIANTS)
+def test_echo_folding_variants_keep_their_decision(line, expected):
+    bash = default_tools().get("bash")
+    policy = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(rm:*)"]))
+    assert policy.explain(bash, {"command": line}).behavior == expected
