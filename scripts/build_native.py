@@ -22,24 +22,13 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent_code.policy.native import COMPILED, NATIVE_DIR, STAMP, source_digests  # noqa: E402
-
-SOURCE_DIR = REPO / "agent_code" / "policy"
-
-
-def current() -> bool:
-    try:
-        recorded = json.loads((NATIVE_DIR / STAMP).read_text())
-    except (OSError, ValueError):
-        return False
-    return recorded == {"soabi": sysconfig.get_config_var("SOABI"), "sources": source_digests()}
+from agent_code.policy.native import COMPILED, NATIVE_DIR, STAMP, build_matches, stamp_for  # noqa: E402
 
 
 def build() -> int:
@@ -72,9 +61,7 @@ def build() -> int:
         for path in built:
             shutil.copy2(path, staged / path.name)
         # the stamp names the sources as they were copied (an edit during the build: stale at once)
-        digests = source_digests(work / "agent_code" / "policy")
-        (staged / STAMP).write_text(json.dumps({"soabi": sysconfig.get_config_var("SOABI"), "sources": digests},
-                                               indent=1, sort_keys=True))
+        (staged / STAMP).write_text(json.dumps(stamp_for(work / "agent_code" / "policy"), indent=1, sort_keys=True))
         shutil.rmtree(NATIVE_DIR, ignore_errors=True)
         staged.rename(NATIVE_DIR)
     return 0
@@ -86,10 +73,10 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="only say whether the build is current")
     args = ap.parse_args()
     if args.check:
-        fresh = current()
+        fresh = build_matches()
         print("native policy build: " + ("current" if fresh else "missing or stale"))
         return 0 if fresh else 3
-    if current() and not args.force:
+    if build_matches() and not args.force:
         return 0
     print("setup: compiling the permission policy with mypyc (about a minute)", file=sys.stderr)
     status = build()

@@ -293,14 +293,18 @@ class _Reader:
             self._error_container(node, acc)
             return
         pipelines = acc.pipelines
-        for child in node.named_children:
+        # (a stack, not recursion, for the flattened kinds: `a && b && … && z` is a list in a
+        # list in a list, as deep as the chain is long; it is read to the end like `a; b; …`)
+        pending = node.named_children[::-1]
+        while pending:
+            child = pending.pop()
             kind = _KIND[child.kind_id]
             if kind == "command":  # the common case, directly
                 pipelines.append((self.command(child, (), acc),))
             elif kind == "comment":
                 continue
             elif kind in FLATTENED:
-                self.container(child, acc)
+                pending += child.named_children[::-1]
             elif kind in STATEMENTS:
                 stages = self.stages(child, acc, kind)
                 if stages:
