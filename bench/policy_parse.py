@@ -19,6 +19,10 @@ and times, in the same run, on the same line:
 * shlex     — ``shlex.split`` of the line (a baseline: the cheapest possible tokenizing,
               which sees none of the structure)
 
+The policy runs compiled where ``scripts/build_native.py`` built it (``agent_code.policy.NATIVE``;
+the first line printed says which); the compiled run then times the same checks again in a
+child with ``AGENT_CODE_PURE_PYTHON=1`` and prints the pure-Python figures beside its own.
+
 then the default-mode cold check of three typical long lines (a here-document, ``python -c``,
 a commit with a long message), and prints each in ms per check (median wall clock, and the CPU time of the least
 disturbed batch, which is what the code costs on a shared machine), the ratios of each
@@ -31,15 +35,18 @@ Run: .venv/bin/python bench/policy_parse.py [--iterations 2000] [--size 2048]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import agent_code.policy  # noqa: E402
 from agent_code.policy.commands import analyze, clear_caches  # noqa: E402
 from agent_code.policy.permissions import PermissionPolicy  # noqa: E402
 from agent_code.policy.rules import RuleSet  # noqa: E402
@@ -115,6 +122,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--size", type=int, default=2048, help="approximate length of the command line in bytes")
+    ap.add_argument("--rows-json", action="store_true", help="only time the checks and print them as JSON")
     args = ap.parse_args()
 
     line = command_line(args.size)
@@ -149,6 +157,11 @@ def main() -> int:
         "shlex": timed(lambda: shlex.split(line), args.iterations),
     }
 
+    if args.rows_json:
+        print(json.dumps(rows))
+        return 0
+    print("policy: " + ("compiled (the mypyc build, scripts/build_native.py)" if agent_code.policy.NATIVE
+                        else "pure Python (no current compiled build, or AGENT_CODE_PURE_PYTHON set)"))
     print(f"command line: {len(source)} bytes, {line.count(chr(10)) + 1} lines; "
           f"bypassPermissions: {'allow' if decisions['bypass'].allowed else 'refuse'} "
           f"(verdict {verdict.behavior if verdict else 'none: the mode decides'}); "
@@ -168,6 +181,14 @@ def main() -> int:
         print(f"target: {name:13} policy check < {TARGET_MS} ms for a 2 kB line: "
               f"{'met' if met[name] else 'NOT met'} ({rows[name][1] * 1000:.3f} ms cpu, "
               f"{rows[name][0] * 1000:.3f} ms wall)")
+    if agent_code.policy.NATIVE:
+        pure = subprocess.run([sys.executable, __file__, "--rows-json", "--iterations", str(args.iterations),
+                               "--size", str(args.size)], capture_output=True, text=True, check=True,
+                              env={**os.environ, "AGENT_CODE_PURE_PYTHON": "1"})
+        pure_rows = json.loads(pure.stdout)
+        print("pure Python, the same checks in a child process of this run (cpu ms; compiled speed-up):")
+        for name in ("bypass", "bypass cold", "default", "default cold"):
+            print(f"  {name:13} {pure_rows[name][1] * 1000:9.3f}   {pure_rows[name][1] / rows[name][1]:5.2f}x")
     print(f"typical {args.size // 1024} kB lines (default mode, cold; the same checks):")
     for name, typical in typical_lines(args.size).items():
         typical_args = {"command": typical}

@@ -27,3 +27,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
+# the permission policy's hot modules compiled with mypyc (scripts/build_native.py, about a
+# minute, redone only when their sources change); where that fails (no C compiler or no
+# Python headers) the policy runs as pure Python: the same decisions, slower
+.venv/bin/python scripts/build_native.py || true

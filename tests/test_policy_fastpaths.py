@@ -158,6 +158,7 @@ def _general_paths_only(monkeypatch) -> None:
     monkeypatch.setattr(sp.Places, "root_is_plain", property(lambda self: False))
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("via_link", [False, True])
 @pytest.mark.parametrize("cwd_unknown", [False, True])
 def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_unknown, via_link):
@@ -322,6 +323,7 @@ def _corpus() -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+@pytest.mark.pure_python
 def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypatch):
     """Self-protection's findings and the deny list's hits for several hundred lines (the
     decision table, the self-protection tests', the bench's) in a project full of links."""
@@ -356,6 +358,7 @@ class _Everything:
         return True
 
 
+@pytest.mark.pure_python
 def test_command_lines_are_analysed_the_same_without_the_shortcuts(monkeypatch):
     """commands.analyze: an ordinary program's command made in _simple, as _expand_argv makes it."""
     from agent_code.policy import commands
@@ -563,6 +566,7 @@ _REPEATS = [
 ]
 
 
+@pytest.mark.pure_python
 def test_hits_are_what_they_were(tree):
     """Every hit (all of them, in order) of the corpus and of lines that repeat commands, by
     ``denylist.hits`` and by the loop it replaced; and first_hit is the first of them."""

@@ -90,6 +90,7 @@ def reader_work(kind: str, calls: list[int]) -> dict[int, int]:
     return work
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("kind", sorted(nested(2)))
 def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reader_calls):
     work = reader_work(kind, reader_calls)
@@ -97,6 +98,7 @@ def test_reading_a_nested_line_costs_work_in_proportion_to_its_depth(kind, reade
     assert work[12] <= 2.5 * work[6] + 20, f"{kind}: {work} reader calls at depth 6 and 12 (grows faster than the line)"
 
 
+@pytest.mark.pure_python
 def test_the_count_sees_a_doubling_reader(reader_calls, monkeypatch):
     """The control: a reader that reads every substitution twice (the old folding) fails the bound."""
     original = shell_syntax._Reader._opened

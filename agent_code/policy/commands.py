@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
+from mypy_extensions import mypyc_attr
+
 from agent_code.policy.evaluated import flat_text, read_values
 from agent_code.policy.runners import STARTUP_NAMES, runs_given_command
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
@@ -170,6 +172,7 @@ def _runs_more(leaf: tuple[str, ...], depth: int, out: Analysis) -> None:
 
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Command:
     """One command that would run. ``wrapper`` names it when it only runs another command
@@ -847,6 +850,7 @@ VALUE_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True)
 class Invocation:
     """A command reduced to what it means: ``program``, ``flags`` as ``(name, value)``

@@ -759,8 +759,10 @@ def _kernel(c: Command, inv: Words, home: str | None) -> str | None:
         return "sysctl changing kernel parameters"
     if inv.program in ("swapoff", "umount") and (inv.has_flag("-a") or inv.has_flag("--all")):
         return f"{inv.program} -a"
-    if inv.program == "umount" and any(normalize_path(op) in ("/", *SYSTEM_DIRS) for op in inv.operands):
-        return f"umount of {next(op for op in inv.operands if normalize_path(op) in ('/', *SYSTEM_DIRS))}"
+    if inv.program == "umount":
+        unmounted = [op for op in inv.operands if normalize_path(op) == "/" or normalize_path(op) in SYSTEM_DIRS]
+        if unmounted:
+            return f"umount of {unmounted[0]}"
     if inv.program == "mount" and any(op == "remount" or op.startswith("remount,") or ",remount" in op
                                       for _, op in inv.flags if op) and "/" in inv.operands:
         return "remounting /"

@@ -91,7 +91,9 @@ import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, cast
+
+from mypy_extensions import mypyc_attr
 
 from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
@@ -147,6 +149,7 @@ class Finding:
 
 # --- where the protected places are -------------------------------------------------
 
+@mypyc_attr(native_class=False)  # (see native.py: cached_property keeps values in __dict__)
 @dataclass(frozen=True)
 class Places:
     """The protected places of one project for one user: ``root`` and ``home`` as given,
@@ -645,9 +648,11 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     # (in the root, the usual directory, without it: a Path's hash is a Python-level call)
     key = (word, shell.dotglob) if here is shell.places.root else (word, here, shell.dotglob)
     judged = shell.judged
-    verdict = judged.get(key, _UNJUDGED)  # (one lookup: a verdict may be None)
-    if verdict is not _UNJUDGED:
-        return verdict
+    # (one lookup: a verdict may be None; typed object, as a compiled build checks the type
+    # a name is declared with, and the sentinel is neither a verdict nor None)
+    cached: object = judged.get(key, _UNJUDGED)
+    if cached is not _UNJUDGED:
+        return cast("tuple[Severity, str] | None", cached)
     verdict = None
     if shell.cwds or shell.cwd_unknown:  # judged from every directory the line may be in
         every = shell.every_cwd
@@ -856,9 +861,11 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     # (the same concrete part recurs: "." for every *.x, src for src/*.py …; per check and
     # directory, as shell.real keeps what the file system showed)
     key = (concrete, shell.cwd)
-    what = shell.concrete.get(key, _UNJUDGED)
-    if what is _UNJUDGED:
+    seen: object = shell.concrete.get(key, _UNJUDGED)  # (object: see judge_word)
+    if seen is _UNJUDGED:
         what = shell.concrete[key] = protected_path(concrete, places, shell.cwd, shell.real)
+    else:
+        what = cast("str | None", seen)
     return ("deny", what) if what else None
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, Sequence, Union
 
+from mypy_extensions import mypyc_attr
+
 import tree_sitter
 
 from agent_code.policy import misreads
@@ -87,6 +89,7 @@ class Simple(NamedTuple):
         return tuple(w.text for w in self.words)
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Compound:
     """A compound command as one pipeline stage: its body, and redirections on it."""
@@ -102,6 +105,7 @@ class Compound:
 Stage = Union[Simple, Compound]
 
 
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Script:
     pipelines: tuple[tuple[Stage, ...], ...] = ()
@@ -209,6 +213,10 @@ _CHANGES_VARIABLES = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset
                                 r"eval|source)\b|^\.\s", re.MULTILINE)
 # (every match holds a "(" or a "`": two searches for those, much cheaper than the
 # pattern's own scan, spare most texts the pattern)
+# the reader gives up (RecursionError, which the analysis reads as opaque) past this many
+# nested containers and word parts: below Python's own limit, so the pure and the compiled
+# form (which has no recursion check of its own) stop at the same line, on any thread's stack
+MAX_NESTING = 150
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
@@ -244,6 +252,7 @@ class _Reader:
         self.ascii = text if text is not None and text.isascii() else None  # byte offsets are str offsets
         self.bindings: dict[str, str] = {}  # loop variables whose values are known (name → pattern)
         self.errors: list[str] = []  # places where the tree and bash part ways (here-documents)
+        self.depth = 0  # how deep the reading is in container and _parts (see MAX_NESTING)
         # tree-sitter-bash makes "==" and "=~" after a command name tokens of its own (`git == x`
         # came out as `git x`); bash passes them on as words: commands read them then
         self.test_operators = b"==" in source or b"=~" in source
@@ -271,18 +280,31 @@ class _Reader:
     def container(self, node: Node, acc: _Acc) -> None:
         """The statements among ``node``'s children; loose words (inside an ERROR) are
         grouped into commands; other expressions only contribute their substitutions."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise RecursionError(f"nested deeper than {MAX_NESTING} levels")
+            self._container(node, acc)
+        finally:
+            self.depth -= 1
+
+    def _container(self, node: Node, acc: _Acc) -> None:
         if _KIND[node.kind_id] == "ERROR":
             self._error_container(node, acc)
             return
         pipelines = acc.pipelines
-        for child in node.named_children:
+        # (a stack, not recursion, for the flattened kinds: `a && b && … && z` is a list in a
+        # list in a list, as deep as the chain is long; it is read to the end like `a; b; …`)
+        pending = node.named_children[::-1]
+        while pending:
+            child = pending.pop()
             kind = _KIND[child.kind_id]
             if kind == "command":  # the common case, directly
                 pipelines.append((self.command(child, (), acc),))
             elif kind == "comment":
                 continue
             elif kind in FLATTENED:
-                self.container(child, acc)
+                pending += child.named_children[::-1]
             elif kind in STATEMENTS:
                 stages = self.stages(child, acc, kind)
                 if stages:
@@ -700,6 +722,15 @@ class _Reader:
         return "".join(texts), "".join(pattern)
 
     def _parts(self, node: Node, texts: list[str], pattern: list[str], quoted: bool, kind: str | None = None) -> None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise RecursionError(f"nested deeper than {MAX_NESTING} levels")
+            self._parts_of(node, texts, pattern, quoted, kind)
+        finally:
+            self.depth -= 1
+
+    def _parts_of(self, node: Node, texts: list[str], pattern: list[str], quoted: bool, kind: str | None = None) -> None:
         if kind is None:
             kind = _KIND[node.kind_id]
         if kind in EXPANSIONS:

@@ -1,0 +1,59 @@
+"""The policy's compiled form: which modules ``scripts/build_native.py`` compiles with mypyc,
+and whether this process uses them.
+
+:func:`enable` puts ``_native/`` first on the package's ``__path__`` when the build there was
+made from exactly the sources beside it (``STAMP.json``: a SHA-256 per source, the
+interpreter's ABI), so ``import agent_code.policy.shell_syntax`` loads the compiled module;
+any difference, or ``AGENT_CODE_PURE_PYTHON`` set, and every module stays pure Python (never
+a mix of old compiled code and edited sources). Both forms run the same code.
+
+A compiled module calls its own functions directly and checks the declared types of its
+names at run time; the classes whose instances are built or cached through ``__dict__`` stay
+Python classes (``mypyc_attr(native_class=False)`` on them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sysconfig
+from pathlib import Path
+from typing import MutableSequence
+
+# the modules on the path of every check (parsing, the analysis, the deny list, the rules,
+# self-protection); the rest of the package stays Python
+COMPILED = ("shell_syntax", "misreads", "evaluated", "runners", "commands", "denylist", "rules", "self_protection")
+SOURCE_DIR = Path(__file__).parent
+NATIVE_DIR = SOURCE_DIR / "_native"
+STAMP = "STAMP.json"
+PURE_VARIABLE = "AGENT_CODE_PURE_PYTHON"
+
+
+def source_digests(directory: Path = SOURCE_DIR) -> dict[str, str]:
+    """SHA-256 of each compiled module's source in ``directory``."""
+    return {name: hashlib.sha256((directory / f"{name}.py").read_bytes()).hexdigest() for name in COMPILED}
+
+
+def stamp_for(directory: Path = SOURCE_DIR) -> dict[str, object]:
+    """What ``STAMP.json`` holds for a build of the sources in ``directory`` by this interpreter."""
+    return {"soabi": sysconfig.get_config_var("SOABI"), "sources": source_digests(directory)}
+
+
+def build_matches(native_dir: Path = NATIVE_DIR, source_dir: Path = SOURCE_DIR) -> bool:
+    """Whether ``native_dir`` holds a build of exactly the sources in ``source_dir`` for this
+    interpreter (a missing or unreadable stamp: no)."""
+    try:
+        recorded = json.loads((native_dir / STAMP).read_text())
+        return bool(recorded == stamp_for(source_dir))
+    except (OSError, ValueError):
+        return False
+
+
+def enable(path: MutableSequence[str]) -> bool:
+    """Put the compiled build first on ``path`` (the package's ``__path__``) when it matches
+    the sources and ``AGENT_CODE_PURE_PYTHON`` is not set; whether it did."""
+    if os.environ.get(PURE_VARIABLE) or not build_matches():
+        return False
+    path.insert(0, str(NATIVE_DIR))
+    return True

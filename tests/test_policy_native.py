@@ -1,0 +1,147 @@
+"""The policy's compiled build (scripts/build_native.py, agent_code/policy/native.py).
+
+A build is used only when it was made from exactly the sources beside it, by this
+interpreter's ABI; AGENT_CODE_PURE_PYTHON forces pure Python; tests marked ``pure_python``
+really run on the Python policy; and both forms judge deep lines on a small thread stack
+(the compiled form has no recursion check of its own: the reader's MAX_NESTING bounds it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agent_code.policy
+from agent_code.policy import native
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _stamped(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the compiled modules' sources and a build directory stamped for them."""
+    sources, build = tmp_path / "src", tmp_path / "build"
+    sources.mkdir()
+    build.mkdir()
+    for name in native.COMPILED:
+        shutil.copy(native.SOURCE_DIR / f"{name}.py", sources)
+    (build / native.STAMP).write_text(json.dumps(native.stamp_for(sources)))
+    return sources, build
+
+
+def test_a_build_matches_only_the_sources_it_was_made_from(tmp_path):
+    sources, build = _stamped(tmp_path)
+    assert native.build_matches(build, sources)
+    edited = sources / "denylist.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    assert not native.build_matches(build, sources)
+
+
+@pytest.mark.parametrize("stamp", [
+    None, "", "{", "[]", '{"soabi": "cpython-39-x86_64-linux-gnu"}',
+    "other ABI", "a source missing", "an extra source",
+])
+def test_a_missing_broken_or_foreign_stamp_is_no_match(tmp_path, stamp):
+    sources, build = _stamped(tmp_path)
+    recorded = json.loads((build / native.STAMP).read_text())
+    if stamp is None:
+        (build / native.STAMP).unlink()
+    elif stamp == "other ABI":
+        recorded["soabi"] = "cpython-312-x86_64-linux-gnu"
+        (build / native.STAMP).write_text(json.dumps(recorded))
+    elif stamp == "a source missing":
+        del recorded["sources"]["rules"]
+        (build / native.STAMP).write_text(json.dumps(recorded))
+    elif stamp == "an extra source":
+        recorded["sources"]["permissions"] = "0" * 64
+        (build / native.STAMP).write_text(json.dumps(recorded))
+    else:
+        (build / native.STAMP).write_text(stamp)
+    assert not native.build_matches(build, sources)
+
+
+def _form(**env: str) -> tuple[bool, str]:
+    """NATIVE and shell_syntax's file in a fresh interpreter (the environment plus ``env``)."""
+    import os
+
+    child = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    done = subprocess.run([sys.executable, "-c",
+                           "import agent_code.policy as p, agent_code.policy.shell_syntax as s;"
+                           "print(p.NATIVE, s.__file__)"],
+                          capture_output=True, text=True, env={**child, **env}, cwd=REPO, check=True)
+    flag, file = done.stdout.split()
+    return flag == "True", file
+
+
+def test_the_environment_variable_forces_pure_python():
+    assert _form(AGENT_CODE_PURE_PYTHON="1") == (False, str(native.SOURCE_DIR / "shell_syntax.py"))
+
+
+def test_a_current_build_is_what_runs():
+    if not native.build_matches():
+        pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
+    compiled, file = _form()
+    assert compiled and file.endswith(".so")
+
+
+@pytest.mark.pure_python
+def test_pure_python_tests_run_on_the_python_policy():
+    """The conftest's promise: a test marked pure_python sees the Python modules."""
+    from agent_code.policy import commands, shell_syntax
+
+    assert not agent_code.policy.NATIVE
+    assert shell_syntax.__file__.endswith(".py") and commands.__file__.endswith(".py")
+    assert isinstance(shell_syntax._Reader.container, type(lambda: None))  # a function one can swap
+
+
+# Judged in a thread with a small stack: every nesting kind 3000 levels deep with `rm -rf /`
+# at the bottom. A crash (the compiled form's C stack overflowing) kills the child: rc < 0.
+_DEEP_CHILD = r"""
+import json, sys, threading
+sys.path.insert(0, sys.argv[1])
+from test_policy_nesting import nested
+from agent_code.policy.permissions import PermissionPolicy
+from agent_code.policy.rules import RuleSet
+from agent_code.tools import default_tools
+import agent_code.policy
+
+bash = default_tools().get("bash")
+policy = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(echo:*)", "bash(cat:*)"]))
+out = {"native": agent_code.policy.NATIVE, "allowed": [], "judged": 0}
+
+def judge():
+    for depth in (150, 151, 3000):
+        for kind, line in nested(depth).items():
+            hidden = line.replace("x", "$(rm -rf /)", 1) if "x" in line else line.replace("true", "rm -rf /", 1)
+            if hidden == line:
+                continue  # no command at the bottom (a number, a last `cat`)
+            out["judged"] += 1
+            if policy.explain(bash, {"command": hidden}).behavior == "allow":
+                out["allowed"].append(kind)
+
+threading.stack_size(int(sys.argv[2]) * 1024)
+thread = threading.Thread(target=judge)
+thread.start()
+thread.join()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("form", ["as built", "pure"])
+def test_deep_lines_are_judged_on_a_small_thread_stack(form):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    if form == "pure":
+        env[native.PURE_VARIABLE] = "1"
+    done = subprocess.run([sys.executable, "-c", _DEEP_CHILD, str(REPO / "tests"), "512"], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=300)
+    assert done.returncode == 0, f"the check crashed (rc {done.returncode}): {done.stderr[-2000:]}"
+    out = json.loads(done.stdout)
+    assert out["native"] == (form == "as built" and native.build_matches())
+    assert out["judged"] >= 3 * 20
+    assert out["allowed"] == []
