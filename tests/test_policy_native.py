@@ -88,6 +88,27 @@ def test_a_current_build_is_what_runs():
     assert compiled and file.endswith(".so")
 
 
+def test_a_build_that_cannot_load_leaves_the_policy_python(tmp_path):
+    """A tree copied where the build's shared library cannot load (another machine's C
+    library, a file that is no library): the policy runs as Python, and judges as before."""
+    if not native.build_matches():
+        pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
+    shutil.copytree(REPO / "agent_code", tmp_path / "agent_code", ignore=shutil.ignore_patterns("__pycache__"))
+    group = next((tmp_path / "agent_code" / "policy" / "_native").glob("_native_group__mypyc*.so"))
+    group.write_bytes(b"built for another machine\n")  # dlopen: invalid ELF header
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    done = subprocess.run([sys.executable, "-c",
+                           "import agent_code.policy as p, agent_code.policy.shell_syntax as s;"
+                           "from agent_code.policy.commands import analyze;"
+                           "print(p.NATIVE, s.__file__, analyze('rm -rf / && ls').commands[0].argv)"],
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 2) == ["False", str(tmp_path / "agent_code" / "policy" / "shell_syntax.py"),
+                                         "('rm', '-rf', '/')\n"]
+
+
 @pytest.mark.pure_python
 def test_pure_python_tests_run_on_the_python_policy():
     """The conftest's promise: a test marked pure_python sees the Python modules."""

@@ -15,6 +15,7 @@ Python classes (``mypyc_attr(native_class=False)`` on them).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import sysconfig
@@ -27,6 +28,8 @@ COMPILED = ("shell_syntax", "misreads", "evaluated", "runners", "commands", "den
 SOURCE_DIR = Path(__file__).parent
 NATIVE_DIR = SOURCE_DIR / "_native"
 STAMP = "STAMP.json"
+# the shared library every compiled module loads first (scripts/build_native.py names the group)
+GROUP = "agent_code.policy._native_group__mypyc"
 PURE_VARIABLE = "AGENT_CODE_PURE_PYTHON"
 
 
@@ -52,8 +55,14 @@ def build_matches(native_dir: Path = NATIVE_DIR, source_dir: Path = SOURCE_DIR) 
 
 def enable(path: MutableSequence[str]) -> bool:
     """Put the compiled build first on ``path`` (the package's ``__path__``) when it matches
-    the sources and ``AGENT_CODE_PURE_PYTHON`` is not set; whether it did."""
+    the sources, loads here (a tree copied to another machine: another C library) and
+    ``AGENT_CODE_PURE_PYTHON`` is not set; whether it did."""
     if os.environ.get(PURE_VARIABLE) or not build_matches():
         return False
     path.insert(0, str(NATIVE_DIR))
+    try:
+        importlib.import_module(GROUP)
+    except ImportError:  # (an extension that cannot load raises ImportError)
+        path.remove(str(NATIVE_DIR))
+        return False
     return True
