@@ -74,7 +74,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.check:
         fresh = build_matches()
-        print("native policy build: " + ("current" if fresh else "missing or stale"))
+        print("the permission policy: " + ("compiled (a current build)" if fresh
+                                           else "pure Python (no compiled build, or one of older sources)"))
         return 0 if fresh else 3
     if build_matches() and not args.force:
         return 0

@@ -166,3 +166,76 @@ def test_deep_lines_are_judged_on_a_small_thread_stack(form):
     assert out["native"] == (form == "as built" and native.build_matches())
     assert out["judged"] >= 3 * 20
     assert out["allowed"] == []
+
+
+# --- the two forms decide alike -----------------------------------------------------------
+# Every command line of the policy's test corpora, judged in four modes by the compiled build
+# and by the pure-Python policy, each in a child: the same behavior, stage and detail. (A
+# compiled module checks declared types at run time: a sentinel of the wrong type once made
+# self-protection's lookups raise, and the check asked where it should deny.)
+_CORPORA = ("test_policy_decision_table", "test_policy_attacks", "test_self_protection", "test_policy_nesting",
+            "test_shell_parser", "test_policy_bash_differential")
+
+_JUDGE_CHILD = r"""
+import json, sys
+from pathlib import Path
+from agent_code.policy.permissions import PermissionPolicy
+from agent_code.policy.rules import RuleSet
+from agent_code.tools import default_tools
+import agent_code.policy
+
+lines = json.loads(Path(sys.argv[1]).read_text())
+root = sys.argv[2]
+bash = default_tools().get("bash")
+rules = RuleSet.from_lists(allow=["bash(git:*)", "bash(cat:*)", "bash(rm:*)"], deny=["bash(curl:*)"])
+rules.home = root + "/home"
+out = []
+for mode in ("bypassPermissions", "default", "acceptEdits", "plan"):
+    policy = PermissionPolicy(mode, rules=rules, root=Path(root) / "project")
+    for line in lines:
+        e = policy.explain(bash, {"command": line})
+        out.append([mode, line, e.behavior, e.stage, e.detail])
+print(json.dumps({"native": agent_code.policy.NATIVE, "decisions": out}))
+"""
+
+
+def _corpus_lines(root: Path) -> list[str]:
+    import importlib
+
+    sys.path.insert(0, str(REPO / "tests"))
+    lines: set[str] = set()
+    for name in _CORPORA:
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if not isinstance(value, (list, tuple)):
+                continue
+            for item in value:
+                first = item[0] if isinstance(item, tuple) and item else item
+                if isinstance(first, str) and first:
+                    lines.add(first.replace("{root}", str(root / "project")).replace("{home}", str(root / "home")))
+    return sorted(lines)
+
+
+def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
+    import os
+
+    if not native.build_matches():
+        pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
+    for place in ("project/.git", "project/.agent", "project/src", "home/.ssh"):
+        (tmp_path / place).mkdir(parents=True)
+    lines = _corpus_lines(tmp_path)
+    assert len(lines) > 1000
+    (tmp_path / "lines.json").write_text(json.dumps(lines))
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    results = {}
+    for form, extra in (("compiled", {}), ("pure", {native.PURE_VARIABLE: "1"})):
+        done = subprocess.run([sys.executable, "-c", _JUDGE_CHILD, str(tmp_path / "lines.json"), str(tmp_path)],
+                              capture_output=True, text=True, env={**env, **extra}, cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[form] = json.loads(done.stdout)
+    assert results["compiled"]["native"] and not results["pure"]["native"]
+    compiled, pure = results["compiled"]["decisions"], results["pure"]["decisions"]
+    assert len(compiled) == len(pure) == 4 * len(lines)
+    differ = [(c, p) for c, p in zip(compiled, pure) if c != p]
+    assert not differ, f"{len(differ)} decisions differ, e.g. {differ[:3]}"
+    assert {d[2] for d in pure} == {"allow", "ask", "deny"}
