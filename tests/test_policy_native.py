@@ -169,7 +169,7 @@ def test_deep_lines_are_judged_on_a_small_thread_stack(form):
 
 
 # --- the two forms decide alike -----------------------------------------------------------
-# Every command line of the policy's test corpora, judged in four modes by the compiled build
+# Every command line of the policy's test corpora (and splices of them), judged in four modes by the compiled build
 # and by the pure-Python policy, each in a child: the same behavior, stage and detail. (A
 # compiled module checks declared types at run time: a sentinel of the wrong type once made
 # self-protection's lookups raise, and the check asked where it should deny.)
@@ -225,6 +225,14 @@ def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
         (tmp_path / place).mkdir(parents=True)
     lines = _corpus_lines(tmp_path)
     assert len(lines) > 1000
+    # and splices of them: cut at random places and glued (half-read constructs, ERROR nodes)
+    import random
+
+    pick = random.Random(13)
+    for _ in range(1500):
+        a, b = pick.sample(lines, 2)
+        lines.append(a[:pick.randint(0, len(a))] + pick.choice(["", " ", "; ", " | ", "$(", "`", "\n"]) +
+                     b[pick.randint(0, len(b)):])
     (tmp_path / "lines.json").write_text(json.dumps(lines))
     env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
     results = {}
