@@ -169,10 +169,12 @@ def test_deep_lines_are_judged_on_a_small_thread_stack(form):
 
 
 # --- the two forms decide alike -----------------------------------------------------------
-# Every command line of the policy's test corpora (and splices of them), judged in four modes by the compiled build
-# and by the pure-Python policy, each in a child: the same behavior, stage and detail. (A
-# compiled module checks declared types at run time: a sentinel of the wrong type once made
-# self-protection's lookups raise, and the check asked where it should deny.)
+# Every command line of the policy's test corpora (and splices of them), and every tool called
+# with arguments of the wrong type, judged in four modes by the compiled build and by the
+# pure-Python policy, each in a child: the same behavior, stage and detail; and odd rules read
+# alike. (A compiled module checks declared types at run time: a sentinel of the wrong type
+# once made self-protection's lookups raise, and the check asked where it should deny; a
+# number as a rule raised TypeError instead of the RuleError that names it.)
 _CORPORA = ("test_policy_decision_table", "test_policy_attacks", "test_self_protection", "test_policy_nesting",
             "test_shell_parser", "test_policy_bash_differential")
 
@@ -190,11 +192,27 @@ bash = default_tools().get("bash")
 rules = RuleSet.from_lists(allow=["bash(git:*)", "bash(cat:*)", "bash(rm:*)"], deny=["bash(curl:*)"])
 rules.home = root + "/home"
 out = []
+# what a model may send instead of a string (the schema is advice): every tool, every key
+odd = [None, 42, 1.5, True, [], ["rm", "-rf", "/"], [".git/config", 7], {"command": "rm -rf /"}, "", "\x00",
+       ".git/config", "../../.agent/settings.json", "~/.ssh/id_rsa", "/etc/passwd", "rm -rf /"]
+keys = ["command", "path", "file_path", "paths", "content", "old_string", "pattern", "source", "destination"]
+calls = [(tool, {key: value}) for tool in default_tools().list() for key in keys for value in odd]
+calls += [(tool, arguments) for tool in default_tools().list() for arguments in ({}, None, "rm -rf /", [1], 3)]
 for mode in ("bypassPermissions", "default", "acceptEdits", "plan"):
     policy = PermissionPolicy(mode, rules=rules, root=Path(root) / "project")
     for line in lines:
         e = policy.explain(bash, {"command": line})
         out.append([mode, line, e.behavior, e.stage, e.detail])
+    for tool, arguments in calls:
+        e = policy.explain(tool, arguments)
+        out.append([mode, tool.name + " " + repr(arguments), e.behavior, e.stage, e.detail])
+# rules as a settings file may spell them (any JSON value)
+from agent_code.policy.rules import RuleError, parse_rule
+for text in (42, None, 1.5, True, [], ["bash(ls)"], {"bash": "ls"}, "", "bash(", "bash()", "bash(ls:*)", "read_file(**)"):
+    try:
+        out.append(["rule", repr(text), repr(parse_rule(text, "allow", "settings.json"))])
+    except RuleError as error:
+        out.append(["rule", repr(text), "RuleError: " + str(error)])
 print(json.dumps({"native": agent_code.policy.NATIVE, "decisions": out}))
 """
 
@@ -243,7 +261,8 @@ def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
         results[form] = json.loads(done.stdout)
     assert results["compiled"]["native"] and not results["pure"]["native"]
     compiled, pure = results["compiled"]["decisions"], results["pure"]["decisions"]
-    assert len(compiled) == len(pure) == 4 * len(lines)
+    assert len(compiled) == len(pure) > 4 * len(lines) + 1000
     differ = [(c, p) for c, p in zip(compiled, pure) if c != p]
     assert not differ, f"{len(differ)} decisions differ, e.g. {differ[:3]}"
-    assert {d[2] for d in pure} == {"allow", "ask", "deny"}
+    assert {d[2] for d in pure if d[0] != "rule"} == {"allow", "ask", "deny"}
+    assert any(d[2].startswith("RuleError: allow rule 42 (in settings.json) is not a string") for d in pure)

@@ -20,7 +20,15 @@ import json
 import os
 import sysconfig
 from pathlib import Path
-from typing import MutableSequence
+from typing import Callable, MutableSequence, TypeVar
+
+_T = TypeVar("_T")
+
+try:  # (mypyc reads the decorator where a class is defined; at run time it does nothing)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # where only the runtime dependencies are (a sandbox's copy of agent-code)
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
 
 # the modules on the path of every check (parsing, the analysis, the deny list, the rules,
 # self-protection); the rest of the package stays Python

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, Sequence, Union
 
-from mypy_extensions import mypyc_attr
-
 import tree_sitter
 
 from agent_code.policy import misreads
 from agent_code.policy.grammar import KIND as _KIND
 from agent_code.policy.grammar import Node, parser
+from agent_code.policy.native import mypyc_attr
 
 REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
 PIPES = frozenset({"|", "|&"})
