@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent_code.policy.native import COMPILED, NATIVE_DIR, STAMP, build_matches, stamp_for  # noqa: E402
+from agent_code.policy.native import COMPILED, GROUP, NATIVE_DIR, STAMP, build_matches, stamp_for  # noqa: E402
 
 
 def build() -> int:
@@ -43,7 +43,7 @@ def build() -> int:
             "from setuptools import setup\n"
             "from mypyc.build import mypycify\n"
             f"setup(name='agent-code-policy-native', ext_modules=mypycify({paths!r}, opt_level='3', "
-            "group_name='agent_code.policy._native_group'))\n")
+            f"group_name={GROUP.removesuffix('__mypyc')!r}))\n")  # (mypyc appends __mypyc)
         env = {**os.environ, "MYPY_CACHE_DIR": str(work / ".mypy_cache")}
         done = subprocess.run([sys.executable, str(setup), "build_ext", "--inplace"], cwd=work, env=env,
                               capture_output=True, text=True)
@@ -74,7 +74,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.check:
         fresh = build_matches()
-        print("native policy build: " + ("current" if fresh else "missing or stale"))
+        print("the permission policy: " + ("compiled (a current build)" if fresh
+                                           else "pure Python (no compiled build, or one of older sources)"))
         return 0 if fresh else 3
     if build_matches() and not args.force:
         return 0

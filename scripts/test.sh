@@ -20,4 +20,7 @@ export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is 
 .venv/bin/ruff check --quiet agent_code tests bench examples
 # types: mypy's findings fail it too ([tool.mypy] in pyproject.toml says how strict)
 .venv/bin/mypy --no-error-summary
+# which form of the permission policy the tests judge with (compiled where set-up built it;
+# the tests marked pure_python run on the Python policy either way: tests/conftest.py)
+.venv/bin/python scripts/build_native.py --check || true
 exec .venv/bin/python -m pytest "$@"

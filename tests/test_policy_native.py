@@ -88,6 +88,27 @@ def test_a_current_build_is_what_runs():
     assert compiled and file.endswith(".so")
 
 
+def test_a_build_that_cannot_load_leaves_the_policy_python(tmp_path):
+    """A tree copied where the build's shared library cannot load (another machine's C
+    library, a file that is no library): the policy runs as Python, and judges as before."""
+    if not native.build_matches():
+        pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
+    shutil.copytree(REPO / "agent_code", tmp_path / "agent_code", ignore=shutil.ignore_patterns("__pycache__"))
+    group = next((tmp_path / "agent_code" / "policy" / "_native").glob("_native_group__mypyc*.so"))
+    group.write_bytes(b"built for another machine\n")  # dlopen: invalid ELF header
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    done = subprocess.run([sys.executable, "-c",
+                           "import agent_code.policy as p, agent_code.policy.shell_syntax as s;"
+                           "from agent_code.policy.commands import analyze;"
+                           "print(p.NATIVE, s.__file__, analyze('rm -rf / && ls').commands[0].argv)"],
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 2) == ["False", str(tmp_path / "agent_code" / "policy" / "shell_syntax.py"),
+                                         "('rm', '-rf', '/')\n"]
+
+
 @pytest.mark.pure_python
 def test_pure_python_tests_run_on_the_python_policy():
     """The conftest's promise: a test marked pure_python sees the Python modules."""
@@ -145,3 +166,103 @@ def test_deep_lines_are_judged_on_a_small_thread_stack(form):
     assert out["native"] == (form == "as built" and native.build_matches())
     assert out["judged"] >= 3 * 20
     assert out["allowed"] == []
+
+
+# --- the two forms decide alike -----------------------------------------------------------
+# Every command line of the policy's test corpora (and splices of them), and every tool called
+# with arguments of the wrong type, judged in four modes by the compiled build and by the
+# pure-Python policy, each in a child: the same behavior, stage and detail; and odd rules read
+# alike. (A compiled module checks declared types at run time: a sentinel of the wrong type
+# once made self-protection's lookups raise, and the check asked where it should deny; a
+# number as a rule raised TypeError instead of the RuleError that names it.)
+_CORPORA = ("test_policy_decision_table", "test_policy_attacks", "test_self_protection", "test_policy_nesting",
+            "test_shell_parser", "test_policy_bash_differential")
+
+_JUDGE_CHILD = r"""
+import json, sys
+from pathlib import Path
+from agent_code.policy.permissions import PermissionPolicy
+from agent_code.policy.rules import RuleSet
+from agent_code.tools import default_tools
+import agent_code.policy
+
+lines = json.loads(Path(sys.argv[1]).read_text())
+root = sys.argv[2]
+bash = default_tools().get("bash")
+rules = RuleSet.from_lists(allow=["bash(git:*)", "bash(cat:*)", "bash(rm:*)"], deny=["bash(curl:*)"])
+rules.home = root + "/home"
+out = []
+# what a model may send instead of a string (the schema is advice): every tool, every key
+odd = [None, 42, 1.5, True, [], ["rm", "-rf", "/"], [".git/config", 7], {"command": "rm -rf /"}, "", "\x00",
+       ".git/config", "../../.agent/settings.json", "~/.ssh/id_rsa", "/etc/passwd", "rm -rf /"]
+keys = ["command", "path", "file_path", "paths", "content", "old_string", "pattern", "source", "destination"]
+calls = [(tool, {key: value}) for tool in default_tools().list() for key in keys for value in odd]
+calls += [(tool, arguments) for tool in default_tools().list() for arguments in ({}, None, "rm -rf /", [1], 3)]
+for mode in ("bypassPermissions", "default", "acceptEdits", "plan"):
+    policy = PermissionPolicy(mode, rules=rules, root=Path(root) / "project")
+    for line in lines:
+        e = policy.explain(bash, {"command": line})
+        out.append([mode, line, e.behavior, e.stage, e.detail])
+    for tool, arguments in calls:
+        e = policy.explain(tool, arguments)
+        out.append([mode, tool.name + " " + repr(arguments), e.behavior, e.stage, e.detail])
+# rules as a settings file may spell them (any JSON value)
+from agent_code.policy.rules import RuleError, parse_rule
+for text in (42, None, 1.5, True, [], ["bash(ls)"], {"bash": "ls"}, "", "bash(", "bash()", "bash(ls:*)", "read_file(**)"):
+    try:
+        out.append(["rule", repr(text), repr(parse_rule(text, "allow", "settings.json"))])
+    except RuleError as error:
+        out.append(["rule", repr(text), "RuleError: " + str(error)])
+print(json.dumps({"native": agent_code.policy.NATIVE, "decisions": out}))
+"""
+
+
+def _corpus_lines(root: Path) -> list[str]:
+    import importlib
+
+    sys.path.insert(0, str(REPO / "tests"))
+    lines: set[str] = set()
+    for name in _CORPORA:
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if not isinstance(value, (list, tuple)):
+                continue
+            for item in value:
+                first = item[0] if isinstance(item, tuple) and item else item
+                if isinstance(first, str) and first:
+                    lines.add(first.replace("{root}", str(root / "project")).replace("{home}", str(root / "home")))
+    return sorted(lines)
+
+
+def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
+    import os
+
+    if not native.build_matches():
+        pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
+    for place in ("project/.git", "project/.agent", "project/src", "home/.ssh"):
+        (tmp_path / place).mkdir(parents=True)
+    lines = _corpus_lines(tmp_path)
+    assert len(lines) > 1000
+    # and splices of them: cut at random places and glued (half-read constructs, ERROR nodes)
+    import random
+
+    pick = random.Random(13)
+    for _ in range(1500):
+        a, b = pick.sample(lines, 2)
+        lines.append(a[:pick.randint(0, len(a))] + pick.choice(["", " ", "; ", " | ", "$(", "`", "\n"]) +
+                     b[pick.randint(0, len(b)):])
+    (tmp_path / "lines.json").write_text(json.dumps(lines))
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    results = {}
+    for form, extra in (("compiled", {}), ("pure", {native.PURE_VARIABLE: "1"})):
+        done = subprocess.run([sys.executable, "-c", _JUDGE_CHILD, str(tmp_path / "lines.json"), str(tmp_path)],
+                              capture_output=True, text=True, env={**env, **extra}, cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[form] = json.loads(done.stdout)
+    assert results["compiled"]["native"] and not results["pure"]["native"]
+    compiled, pure = results["compiled"]["decisions"], results["pure"]["decisions"]
+    assert len(compiled) == len(pure) > 4 * len(lines) + 1000
+    differ = [(c, p) for c, p in zip(compiled, pure) if c != p]
+    assert not differ, f"{len(differ)} decisions differ, e.g. {differ[:3]}"
+    assert {d[2] for d in pure if d[0] != "rule"} == {"allow", "ask", "deny"}
+    assert any(d[2].startswith("RuleError: allow rule 42 (in settings.json) is not a string") for d in pure)

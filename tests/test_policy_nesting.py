@@ -157,3 +157,16 @@ def test_echo_folding_variants_keep_their_decision(line, expected):
     bash = default_tools().get("bash")
     policy = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(rm:*)"]))
     assert policy.explain(bash, {"command": line}).behavior == expected
+
+
+@pytest.mark.parametrize("joint", [" && ", " || ", "; ", "\n", " | ", " & "])
+def test_a_chain_of_any_length_is_read_to_its_end(joint):
+    """`a && b && …` is a list inside a list in tree-sitter's tree, as deep as the chain is
+    long; the reader walks it with a stack, so neither form gives up on a long chain (a chain
+    is no nesting: the MAX_NESTING bound is not for it), and what is at its end is judged."""
+    bash = default_tools().get("bash")
+    policy = PermissionPolicy("bypassPermissions", ask=lambda tool, arguments: False)
+    chain = joint.join(["true"] * (4 * shell_syntax.MAX_NESTING))
+    assert policy.explain(bash, {"command": chain}).behavior == "allow"
+    explained = policy.explain(bash, {"command": chain + joint + "rm -rf /"})
+    assert explained.behavior == "deny" and "nested" not in explained.reason, explained.reason

@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
-from mypy_extensions import mypyc_attr
-
 from agent_code.policy.evaluated import flat_text, read_values
+from agent_code.policy.native import mypyc_attr
 from agent_code.policy.runners import STARTUP_NAMES, runs_given_command
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)

@@ -15,11 +15,20 @@ Python classes (``mypyc_attr(native_class=False)`` on them).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import sysconfig
 from pathlib import Path
-from typing import MutableSequence
+from typing import Callable, MutableSequence, TypeVar
+
+_T = TypeVar("_T")
+
+try:  # (mypyc reads the decorator where a class is defined; at run time it does nothing)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # where only the runtime dependencies are (a sandbox's copy of agent-code)
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
 
 # the modules on the path of every check (parsing, the analysis, the deny list, the rules,
 # self-protection); the rest of the package stays Python
@@ -27,6 +36,8 @@ COMPILED = ("shell_syntax", "misreads", "evaluated", "runners", "commands", "den
 SOURCE_DIR = Path(__file__).parent
 NATIVE_DIR = SOURCE_DIR / "_native"
 STAMP = "STAMP.json"
+# the shared library every compiled module loads first (scripts/build_native.py names the group)
+GROUP = "agent_code.policy._native_group__mypyc"
 PURE_VARIABLE = "AGENT_CODE_PURE_PYTHON"
 
 
@@ -52,8 +63,14 @@ def build_matches(native_dir: Path = NATIVE_DIR, source_dir: Path = SOURCE_DIR) 
 
 def enable(path: MutableSequence[str]) -> bool:
     """Put the compiled build first on ``path`` (the package's ``__path__``) when it matches
-    the sources and ``AGENT_CODE_PURE_PYTHON`` is not set; whether it did."""
+    the sources, loads here (a tree copied to another machine: another C library) and
+    ``AGENT_CODE_PURE_PYTHON`` is not set; whether it did."""
     if os.environ.get(PURE_VARIABLE) or not build_matches():
         return False
     path.insert(0, str(NATIVE_DIR))
+    try:
+        importlib.import_module(GROUP)
+    except ImportError:  # (an extension that cannot load raises ImportError)
+        path.remove(str(NATIVE_DIR))
+        return False
     return True

@@ -245,8 +245,9 @@ def parse_command_pattern(spec: str) -> CommandPattern:
     return CommandPattern(normalize(words), prefix)
 
 
-def parse_rule(text: str, behavior: Behavior, source: str = "") -> Rule:
-    """Read one rule; raises :class:`RuleError` saying what is wrong and where."""
+def parse_rule(text: object, behavior: Behavior, source: str = "") -> Rule:
+    """Read one rule (from a settings file: any JSON value); raises :class:`RuleError` saying
+    what is wrong and where."""
     where = f" (in {source})" if source else ""
     if not isinstance(text, str):
         raise RuleError(f"{behavior} rule {text!r}{where} is not a string")

@@ -93,9 +93,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal, cast
 
-from mypy_extensions import mypyc_attr
-
 from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
+from agent_code.policy.native import mypyc_attr
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
 PROJECT_DIR = ".agent"          # agent/settings.py PROJECT_DIR

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, Sequence, Union
 
-from mypy_extensions import mypyc_attr
-
 import tree_sitter
 
 from agent_code.policy import misreads
 from agent_code.policy.grammar import KIND as _KIND
 from agent_code.policy.grammar import Node, parser
+from agent_code.policy.native import mypyc_attr
 
 REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
 PIPES = frozenset({"|", "|&"})
@@ -211,12 +210,13 @@ _PLAIN_PARAMETER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 _SPACE = re.compile(r"\s")
 _CHANGES_VARIABLES = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
                                 r"eval|source)\b|^\.\s", re.MULTILINE)
-# (every match holds a "(" or a "`": two searches for those, much cheaper than the
-# pattern's own scan, spare most texts the pattern)
 # the reader gives up (RecursionError, which the analysis reads as opaque) past this many
 # nested containers and word parts: below Python's own limit, so the pure and the compiled
 # form (which has no recursion check of its own) stop at the same line, on any thread's stack
+# (chains, `a && b && …`, are read with a stack: no bound on their length)
 MAX_NESTING = 150
+# (every match holds a "(" or a "`": two searches for those, much cheaper than the
+# pattern's own scan, spare most texts the pattern)
 _HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
