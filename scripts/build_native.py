@@ -61,7 +61,7 @@ def build() -> int:
         for path in built:
             shutil.copy2(path, staged / path.name)
         # the stamp names the sources as they were copied (an edit during the build: stale at once)
-        (staged / STAMP).write_text(json.dumps(stamp_for(work / "agent_code" / "policy"), indent=1, sort_keys=True))
+        (staged / STAMP).write_text(json.dumps(stamp_for(work / "agent_code", staged), indent=1, sort_keys=True))
         shutil.rmtree(NATIVE_DIR, ignore_errors=True)
         staged.rename(NATIVE_DIR)
     return 0

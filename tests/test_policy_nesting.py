@@ -57,6 +57,11 @@ def nested(n: int) -> dict[str, str]:
         "subscript": "echo " + "${a[" * n + "1" + "]}" * n,
         "declare-sub": "declare a=" + "$(declare b=" * n + "x" + ")" * n,
         "quote-mix": "echo " + "\"'$(" * n + "x" + ")'\"" * n,
+        # not nesting in the tree, but in what the checks after it do: brace groups and nested
+        # braces (expanded word by word), and copies of copies evaluated as arithmetic
+        "brace-groups": "echo x > " + "{}" * n,
+        "brace-nest": "echo x > " + "{a," * n + "b" + "}" * n,
+        "copy-chain": "; ".join(f"x{i}=$x{i + 1}" for i in range(n)) + f"; x{n}=1; echo $((x0))",
     }
 
 

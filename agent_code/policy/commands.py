@@ -764,10 +764,10 @@ def analyze(text: str) -> Analysis:
     if _may_name_startup_code(flat) and _SHELL_STARTUP_VARIABLES.search(flat):
         out.unknown.append("a variable names code a shell (or git, an editor, less) runs, or rebinds a command "
                            "(PROMPT_COMMAND, BASH_ENV, ENV, PS4, BASH_CMDS …)")
-    evaluated, out.binds_environment = read_values(text, flat)
-    if evaluated is not None:
-        out.unknown.append(evaluated)
     try:
+        evaluated, out.binds_environment = read_values(text, flat)
+        if evaluated is not None:
+            out.unknown.append(evaluated)
         _walk(text, 0, out)
         rebinding = _runs_or_rebinds(out.commands, text)
         if rebinding is not None:

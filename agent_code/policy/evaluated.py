@@ -288,18 +288,47 @@ def _untrusted(used: set[str], text: str) -> str | None:
         values.setdefault(m.group(1), []).append("(" if unread else m.group(2))
     for m in re.finditer(r"\$\{(" + _NAME + r"):?[-=?+]?=([^}]*)", text):  # ${x:=value}
         values.setdefault(m.group(1), []).append(m.group(2))
-    trusted: dict[str, bool] = {}
+    trusted: dict[str, bool] = {}  # decided, or being decided (False: a cycle back to it)
+
+    def copies(name: str) -> list[str] | None:
+        """The names ``name`` is a copy of; None when a value of its own may not be a number."""
+        if name in _IMPLICIT or name in bound:
+            return None
+        out: list[str] = []
+        for v in values.get(name, ()):
+            if _NUMBER_VALUE.fullmatch(v) is None and not _one_arithmetic_expansion(v):
+                copy = _COPY_VALUE.fullmatch(v)
+                if copy is None:
+                    return None
+                out.append(copy.group(1))
+        return out
 
     def trust(name: str) -> bool:
-        if name in trusted:
-            return trusted[name]
-        trusted[name] = False  # (a cycle: not trusted)
-        ok = name not in _IMPLICIT and name not in bound and all(
-            _NUMBER_VALUE.fullmatch(v) is not None or _one_arithmetic_expansion(v)
-            or ((copy := _COPY_VALUE.fullmatch(v)) is not None and trust(copy.group(1)))
-            for v in values.get(name, ()))
-        trusted[name] = ok
-        return ok
+        """Whether every name ``name`` copies, at any remove, is trusted; depth-first with a
+        stack of its own (`a=$b; b=$c; …` is a chain as long as the line)."""
+        stack: list[tuple[str, list[str]]] = []
+        pending, ok = [name], True
+        while True:
+            if pending:
+                n = pending.pop()
+                if n in trusted:
+                    ok = trusted[n]
+                else:
+                    found = copies(n)
+                    trusted[n] = False
+                    if found is None:
+                        ok = False
+                    else:
+                        stack.append((n, found[::-1]))
+                        continue
+            if not stack:
+                return ok
+            n, todo = stack[-1]
+            if ok and todo:
+                pending.append(todo.pop())
+            else:  # every copy trusted (or one not: the rest are not needed)
+                trusted[n] = ok
+                stack.pop()
 
     for name in sorted(used):
         if not trust(name):

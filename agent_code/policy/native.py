@@ -33,30 +33,42 @@ except ImportError:  # where only the runtime dependencies are (a sandbox's copy
 # the modules on the path of every check (parsing, the analysis, the deny list, the rules,
 # self-protection); the rest of the package stays Python
 COMPILED = ("shell_syntax", "misreads", "evaluated", "runners", "commands", "denylist", "rules", "self_protection")
-SOURCE_DIR = Path(__file__).parent
-NATIVE_DIR = SOURCE_DIR / "_native"
+PACKAGE_DIR = Path(__file__).parents[1]
+NATIVE_DIR = Path(__file__).with_name("_native")
+# what a build is made from (paths in the package): the compiled modules and the modules they
+# import, whose types the compiled code was checked against (tests/test_policy_native.py
+# keeps the list whole)
+SOURCES = tuple(f"policy/{name}.py" for name in COMPILED) + (
+    "policy/grammar.py", "policy/native.py", "globs.py", "tools/base.py")
 STAMP = "STAMP.json"
 # the shared library every compiled module loads first (scripts/build_native.py names the group)
 GROUP = "agent_code.policy._native_group__mypyc"
 PURE_VARIABLE = "AGENT_CODE_PURE_PYTHON"
 
 
-def source_digests(directory: Path = SOURCE_DIR) -> dict[str, str]:
-    """SHA-256 of each compiled module's source in ``directory``."""
-    return {name: hashlib.sha256((directory / f"{name}.py").read_bytes()).hexdigest() for name in COMPILED}
+def source_digests(package: Path = PACKAGE_DIR) -> dict[str, str]:
+    """SHA-256 of each of :data:`SOURCES` in ``package`` (an ``agent_code`` directory)."""
+    return {name: hashlib.sha256((package / name).read_bytes()).hexdigest() for name in SOURCES}
 
 
-def stamp_for(directory: Path = SOURCE_DIR) -> dict[str, object]:
-    """What ``STAMP.json`` holds for a build of the sources in ``directory`` by this interpreter."""
-    return {"soabi": sysconfig.get_config_var("SOABI"), "sources": source_digests(directory)}
+def libraries(native_dir: Path = NATIVE_DIR) -> dict[str, int]:
+    """The build's extension files and their sizes."""
+    return {path.name: path.stat().st_size for path in native_dir.glob("*.so")}
 
 
-def build_matches(native_dir: Path = NATIVE_DIR, source_dir: Path = SOURCE_DIR) -> bool:
-    """Whether ``native_dir`` holds a build of exactly the sources in ``source_dir`` for this
-    interpreter (a missing or unreadable stamp: no)."""
+def stamp_for(package: Path = PACKAGE_DIR, native_dir: Path = NATIVE_DIR) -> dict[str, object]:
+    """What ``STAMP.json`` holds for the libraries in ``native_dir``, built from the sources in
+    ``package`` by this interpreter."""
+    return {"soabi": sysconfig.get_config_var("SOABI"), "sources": source_digests(package),
+            "libraries": libraries(native_dir)}
+
+
+def build_matches(native_dir: Path = NATIVE_DIR, package: Path = PACKAGE_DIR) -> bool:
+    """Whether ``native_dir`` holds a whole build (every library it made, as it made them)
+    of exactly the sources in ``package`` for this interpreter (no readable stamp: no)."""
     try:
         recorded = json.loads((native_dir / STAMP).read_text())
-        return bool(recorded == stamp_for(source_dir))
+        return bool(recorded == stamp_for(package, native_dir))
     except (OSError, ValueError):
         return False
 

@@ -565,9 +565,12 @@ def check_edit(arguments: object, places: Places) -> Finding | None:
 
 def expand_braces(word: str, limit: int = 64) -> list[str] | None:
     """Bash brace expansion of ``word`` (``{a,b}``, nested); None for a sequence
-    (``{a..z}``) or more than ``limit`` results, which are judged as unknown."""
+    (``{a..z}``), more than ``limit`` results or more than ``limit`` braces (the expansion
+    recurses once a brace: a bound on its depth and its work), which are judged as unknown."""
     if "{" not in word:
         return [word]
+    if word.count("{") > limit:
+        return None
     depth, start = 0, -1
     for i, ch in enumerate(word):
         if ch == "{":
@@ -718,7 +721,7 @@ def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
         return _judge_one(word, shell)
     alternatives = expand_braces(word)
     if alternatives is None:
-        return "ask", "a path the shell computes (brace sequence)"
+        return "ask", "a path the shell computes (a brace sequence, or braces past counting)"
     unknown = None
     for alt in alternatives:
         verdict = _judge_one(alt, shell)
