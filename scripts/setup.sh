@@ -29,5 +29,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # the permission policy's hot modules compiled with mypyc (scripts/build_native.py, about a
 # minute, redone only when their sources change); where that fails (no C compiler or no
-# Python headers) the policy runs as pure Python: the same decisions, slower
-.venv/bin/python scripts/build_native.py || true
+# Python headers) the policy runs as pure Python: the same decisions, slower. (scripts/test.sh
+# sets AGENT_CODE_BUILD_NATIVE_LATER and builds it beside its own set-up.)
+if [ -z "${AGENT_CODE_BUILD_NATIVE_LATER:-}" ]; then
+  .venv/bin/python scripts/build_native.py || true
+fi

@@ -1,11 +1,13 @@
 """The policy's compiled form: which modules ``scripts/build_native.py`` compiles with mypyc,
 and whether this process uses them.
 
-:func:`enable` puts ``_native/`` first on the package's ``__path__`` when the build there was
-made from exactly the sources beside it (``STAMP.json``: a SHA-256 per source, the
-interpreter's ABI), so ``import agent_code.policy.shell_syntax`` loads the compiled module;
-any difference, or ``AGENT_CODE_PURE_PYTHON`` set, and every module stays pure Python (never
-a mix of old compiled code and edited sources). Both forms run the same code.
+:func:`enable` puts ``_native/`` first on the package's ``__path__`` when the build there is
+whole and was made from exactly these sources (``STAMP.json``: a SHA-256 per source, the
+modules the compiled ones import included, the interpreter's ABI, each library's size) and
+its library loads, so ``import agent_code.policy.shell_syntax`` loads the compiled module; any
+difference, or ``AGENT_CODE_PURE_PYTHON`` set, and every module stays pure Python (never a mix
+of old compiled code and edited sources, or of compiled and Python modules). Both forms run
+the same code.
 
 A compiled module calls its own functions directly and checks the declared types of its
 names at run time; the classes whose instances are built or cached through ``__dict__`` stay
