@@ -9,6 +9,7 @@ really run on the Python policy; and both forms judge deep lines on a small thre
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,11 @@ import agent_code.policy
 from agent_code.policy import native
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without the switch to pure Python (a child picks its form)."""
+    return {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
 
 
 def _stamped(tmp_path: Path) -> tuple[Path, Path]:
@@ -108,9 +114,7 @@ def test_a_missing_broken_or_foreign_stamp_is_no_match(tmp_path, stamp):
 
 def _form(**env: str) -> tuple[bool, str]:
     """NATIVE and shell_syntax's file in a fresh interpreter (the environment plus ``env``)."""
-    import os
-
-    child = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    child = _environment()
     done = subprocess.run([sys.executable, "-c",
                            "import agent_code.policy as p, agent_code.policy.shell_syntax as s;"
                            "print(p.NATIVE, s.__file__)"],
@@ -138,9 +142,7 @@ def test_a_build_that_cannot_load_leaves_the_policy_python(tmp_path):
     shutil.copytree(REPO / "agent_code", tmp_path / "agent_code", ignore=shutil.ignore_patterns("__pycache__"))
     group = next((tmp_path / "agent_code" / "policy" / "_native").glob("_native_group__mypyc*.so"))
     group.write_bytes(b"x" * group.stat().st_size)  # the size the stamp has; dlopen: invalid ELF header
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    env = _environment()
     done = subprocess.run([sys.executable, "-c",
                            "import agent_code.policy as p, agent_code.policy.shell_syntax as s;"
                            "from agent_code.policy.commands import analyze;"
@@ -208,9 +210,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("form", ["as built", "pure"])
 def test_deep_lines_are_judged_on_a_small_thread_stack(form):
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    env = _environment()
     if form == "pure":
         env[native.PURE_VARIABLE] = "1"
     done = subprocess.run([sys.executable, "-c", _DEEP_CHILD, str(REPO / "tests"), "512"], capture_output=True,
@@ -289,8 +289,6 @@ def _corpus_lines(root: Path) -> list[str]:
 
 
 def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
-    import os
-
     if not native.build_matches():
         pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
     for place in ("project/.git", "project/.agent", "project/src", "home/.ssh"):
@@ -311,7 +309,7 @@ def test_the_compiled_and_the_python_policy_decide_alike(tmp_path):
         lines.append(a[:pick.randint(0, len(a))] + pick.choice(["", " ", "; ", " | ", "$(", "`", "\n"]) +
                      b[pick.randint(0, len(b)):])
     (tmp_path / "lines.json").write_text(json.dumps(lines))
-    env = {k: v for k, v in os.environ.items() if k != native.PURE_VARIABLE}
+    env = _environment()
     results = {}
     for form, extra in (("compiled", {}), ("pure", {native.PURE_VARIABLE: "1"})):
         done = subprocess.run([sys.executable, "-c", _JUDGE_CHILD, str(tmp_path / "lines.json"), str(tmp_path)],

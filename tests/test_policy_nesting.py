@@ -61,6 +61,8 @@ def nested(n: int) -> dict[str, str]:
         # braces (expanded word by word), and copies of copies evaluated as arithmetic
         "brace-groups": "echo x > " + "{}" * n,
         "brace-nest": "echo x > " + "{a," * n + "b" + "}" * n,
+        "brace-words": "echo x > " + "{a}" * n,             # the next spellings of the groups
+        "brace-empty-alternatives": "echo x > " + "{,}" * n,
         "copy-chain": "; ".join(f"x{i}=$x{i + 1}" for i in range(n)) + f"; x{n}=1; echo $((x0))",
     }
 
