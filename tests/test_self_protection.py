@@ -451,3 +451,19 @@ def test_one_component_links_in_the_root_reached_by_commands(project, home):
                     "sed -i s/a/b/ notes.txt"):
         assert p.explain(BASH, {"command": command}).behavior == "deny", command
     assert p.explain(BASH, {"command": "echo x > plain.txt"}).behavior == "ask"   # (default mode asks)
+
+
+def test_places_derives_its_lookups_once(project, home):
+    """The prefixes, folded starts and root forms a check reads for every word are made
+    when the Places is (in both forms: a compiled build turned functools.cached_property
+    into a property computed again at every read); they agree with ``real`` and ``root``."""
+    places = sp.Places.of(project, home)
+    for name in ("prefixes", "folded_starts", "root_text", "root_slash"):
+        assert getattr(places, name) is getattr(places, name), name  # the same object: not made again
+    assert [p for p, _, _ in places.prefixes] == [p for p, _ in places.real]
+    assert places.folded_starts == tuple(p.casefold().rstrip("/") or "/" for p, _ in places.real)
+    assert places.root_text == str(project) and places.root_slash == str(project).rstrip("/") + "/"
+    assert places.root_is_plain is True
+    odd = sp.Places(Path("//" + str(project).lstrip("/")), home, places.real)  # (pathlib keeps a leading "//")
+    assert odd.root_is_plain is False and odd.root_slash == "//" + str(project).lstrip("/") + "/"
+    assert sp.Places(project, home, places.real) == places  # equal by root, home and places alone

@@ -89,7 +89,6 @@ import pwd
 import re
 import stat
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal, cast
 
@@ -146,45 +145,43 @@ class Finding:
                 "exact change you want, and they can make it themselves.")
 
 
+_set_field = object.__setattr__  # (a frozen dataclass's field, set once in __post_init__)
+
+
 # --- where the protected places are -------------------------------------------------
 
-@mypyc_attr(native_class=False)  # (see native.py: cached_property keeps values in __dict__)
+@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True)
 class Places:
     """The protected places of one project for one user: ``root`` and ``home`` as given,
-    and the real (symlink-resolved) location of each place with what it is."""
+    and the real (symlink-resolved) location of each place with what it is. The fields
+    after ``real`` are derived from them once, when the instance is made (each check reads
+    them many times)."""
 
     root: Path
     home: Path
     real: tuple[tuple[str, str], ...]   # (real path, what)
+    # (real path, its case-folded form without a trailing ``/``, what) per place
+    prefixes: tuple[tuple[str, str, str], ...] = field(init=False, repr=False, compare=False)
+    # the case-folded places, for ``str.startswith``: a path under none of them is no place
+    folded_starts: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    root_text: str = field(init=False, repr=False, compare=False)
+    # whether ``root_text + "/" + name`` is normalized as it stands (no ``//``, ``/.`` or
+    # trailing ``/`` in the root) for a name without ``/`` that does not start with a dot
+    root_is_plain: bool = field(init=False, repr=False, compare=False)
+    root_slash: str = field(init=False, repr=False, compare=False)  # root_text with one trailing "/"
 
-    # computed once per Places; functools.cached_property keeps each in the instance's
-    # __dict__ (a frozen dataclass allows that), so later reads are plain attribute reads
-    @cached_property
-    def prefixes(self) -> tuple[tuple[str, str, str], ...]:
-        """(real path, its case-folded form without a trailing ``/``, what) per place."""
-        return tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
-
-    @cached_property
-    def folded_starts(self) -> tuple[str, ...]:
-        """The case-folded places, for ``str.startswith``: a path under none of them is no place."""
-        return tuple(folded for _, folded, _ in self.prefixes)
-
-    @cached_property
-    def root_text(self) -> str:
-        return str(self.root)
-
-    @cached_property
-    def root_is_plain(self) -> bool:
-        """Whether ``root_text + "/" + name`` is normalized as it stands (no ``//``, ``/.``
-        or trailing ``/`` in the root) for a name without ``/`` that does not start with a dot."""
-        text = self.root_text
-        return text.startswith("/") and not ("//" in text or "/." in text or text.endswith("/"))
-
-    @cached_property
-    def root_slash(self) -> str:
-        """:attr:`root_text` with one trailing ``/``."""
-        return self.root_text.rstrip("/") + "/"
+    def __post_init__(self) -> None:
+        # (fields, not functools.cached_property: a compiled build turns that into a plain
+        # property, computed again at every read; tests/test_self_protection.py checks both)
+        prefixes = tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
+        text = str(self.root)
+        _set_field(self, "prefixes", prefixes)
+        _set_field(self, "folded_starts", tuple(folded for _, folded, _ in prefixes))
+        _set_field(self, "root_text", text)
+        _set_field(self, "root_is_plain", text.startswith("/") and not ("//" in text or "/." in text
+                                                                        or text.endswith("/")))
+        _set_field(self, "root_slash", text.rstrip("/") + "/")
 
     @classmethod
     def of(cls, root: Path | str | None, home: Path | str | None = None) -> "Places":
