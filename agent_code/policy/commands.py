@@ -39,7 +39,7 @@ import sys
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Final, Sequence
 
 from agent_code.policy.evaluated import flat_text, read_values
 from agent_code.policy.native import mypyc_attr
@@ -47,13 +47,13 @@ from agent_code.policy.runners import STARTUP_NAMES, runs_given_command
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
 
-MAX_DEPTH = 8
+MAX_DEPTH: Final = 8
 
 
 # --- what runs: unwrapping ------------------------------------------------------------
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash"})
-INTERPRETERS = SHELLS | frozenset({"python", "python3", "perl", "ruby", "node", "php"})
+SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash"})
+INTERPRETERS: Final = SHELLS | frozenset({"python", "python3", "perl", "ruby", "node", "php"})
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _w(opts: str = "", skip: int = 0, privileged: bool = False) -> Wrapper:
     return Wrapper(frozenset(opts.split()), skip, privileged)
 
 
-WRAPPERS: dict[str, Wrapper] = {
+WRAPPERS: Final[dict[str, Wrapper]] = {
     "sudo": _w("-u --user -g --group -p --prompt -C --close-from -D --chdir -h --host -r --role -t "
                "--type -U --other-user -T --command-timeout", privileged=True),
     "doas": _w("-u -C", privileged=True),
@@ -111,16 +111,16 @@ WRAPPERS: dict[str, Wrapper] = {
     "then": _w(), "do": _w(), "else": _w(), "!": _w(),
 }
 # git config keys whose value git runs as a shell command (``git -c core.pager='…' log``)
-_GIT_PROGRAM_KEYS = re.compile(r"^(alias\.[^=]+|core\.(fsmonitor|pager|sshcommand|editor|askpass|hookspath)"
+_GIT_PROGRAM_KEYS: Final = re.compile(r"^(alias\.[^=]+|core\.(fsmonitor|pager|sshcommand|editor|askpass|hookspath)"
                                r"|diff\.external|diff\.[^=]+\.(textconv|command)|filter\.[^=]+\.(clean|smudge|process)"
                                r"|pager\.[^=]+|sequence\.editor|gpg\.(program|[^=]+\.program)|credential\.helper"
                                r"|uploadpack\.packobjectshook|merge\.[^=]+\.driver|interactive\.difffilter"
                                r"|web\.browser|browser\.[^=]+\.(cmd|path))=(.*)$", re.IGNORECASE | re.DOTALL)
 # programs that take a shell command (or a script they cannot show) as an argument
-_EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano"})
+_EDITORS: Final = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano"})
 # one of runners.STARTUP_NAMES set in any way (`PS4=`, `PS4+=`, `printf -v PS4`, `read PS4`,
 # `export BASH_ENV`, `for PS4 in …`)
-_SHELL_STARTUP_VARIABLES = re.compile(r"\b" + STARTUP_NAMES + r"(?:\[[^]]*\])?\+?=|\b(?:printf\s+-v|read|export|declare"
+_SHELL_STARTUP_VARIABLES: Final = re.compile(r"\b" + STARTUP_NAMES + r"(?:\[[^]]*\])?\+?=|\b(?:printf\s+-v|read|export|declare"
                                       r"|typeset|local|readonly|mapfile|readarray|getopts|wait\s+-p|for|select)\b"
                                       r"[^;&|\n]*\b" + STARTUP_NAMES + r"\b|\bprintf\b[^;&|\n]*\s-v" + STARTUP_NAMES
                                       + r"\b")
@@ -135,7 +135,7 @@ def _may_name_startup_code(text: str) -> bool:
         or "LD_PRELOAD" in text or "LD_AUDIT" in text or "BROWSER" in text
 
 
-_RUNS_MORE = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
+_RUNS_MORE: Final = frozenset({"git", "tmux", "make", "gmake", *_EDITORS})
 
 
 def _runs_more(leaf: tuple[str, ...], depth: int, out: Analysis) -> None:
@@ -197,8 +197,8 @@ class Command:
     program: str = dataclasses.field(init=False, repr=False, compare=False)  # argv[0]'s base name
 
 
-_set_fields = object.__setattr__  # a frozen instance's whole __dict__ at once (no setattr per field)
-_new = object.__new__
+_set_fields: Final = object.__setattr__  # a frozen instance's whole __dict__ at once (no setattr per field)
+_new: Final = object.__new__
 
 
 @dataclass
@@ -413,9 +413,9 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
     return chain, argv, scripts, extra
 
 
-_UNWRAPPED = frozenset(WRAPPERS) | SHELLS | {"{", "}", "(", ")", "coproc", "trap", "alias", "script", "env", "eval",
+_UNWRAPPED: Final = frozenset(WRAPPERS) | SHELLS | {"{", "}", "(", ")", "coproc", "trap", "alias", "script", "env", "eval",
                                            "su", "runuser", "watch", "find", "ssh"}
-SSH_VALUE_OPTIONS = frozenset("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B".split())
+SSH_VALUE_OPTIONS: Final = frozenset("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B".split())
 
 
 def _split(text: str) -> list[str]:
@@ -581,12 +581,15 @@ def _script_for(leaf: Command, text: str) -> str:
     return "\n".join(lines)
 
 
-STDIN_SCRIPT_READERS = frozenset(SHELLS | {"source", ".", "at", "batch", "crontab"})
-_NO_PROGRAMS: frozenset[str] = frozenset()
-_SHELLS_AND_SOURCE = SHELLS | {"source", "."}
+STDIN_SCRIPT_READERS: Final = frozenset(SHELLS | {"source", ".", "at", "batch", "crontab"})
+_NO_PROGRAMS: Final[frozenset[str]] = frozenset()
+_SHELLS_AND_SOURCE: Final = SHELLS | {"source", "."}
 # programs _expand_argv does more for than list them: wrappers, shells, what _runs_more reads
 _NOT_ORDINARY = _UNWRAPPED | _RUNS_MORE | _SHELLS_AND_SOURCE
-_TEXT, _PATTERN, _SUBS = (Word._fields.index(name) for name in ("text", "pattern", "subs"))  # Word's columns
+# Word's columns
+_TEXT: Final = Word._fields.index("text")
+_PATTERN: Final = Word._fields.index("pattern")
+_SUBS: Final = Word._fields.index("subs")
 
 
 def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis, reader: Command | None = None) -> None:
@@ -600,8 +603,8 @@ def _feed(previous: tuple[Stage, Command | None], depth: int, out: Analysis, rea
         out.unknown.append("a shell runs a script piped from another command")
 
 
-DOWNLOADING = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
-STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
+DOWNLOADING: Final = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
+STDIN_FILES: Final = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
 
 
 def _literal_output(stage: Simple, leaf: Command | None) -> str | None:
@@ -783,7 +786,7 @@ def analyze(text: str) -> Analysis:
 # --- one command as program, flags and operands ---------------------------------------
 
 # long or differently spelled flags that mean the same as a short one, per program
-FLAG_ALIASES: dict[str, dict[str, str]] = {
+FLAG_ALIASES: Final[dict[str, dict[str, str]]] = {
     "rm": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--dir": "-d", "--interactive": "-i",
            "--verbose": "-v"},
     "cp": {"-R": "-r", "--recursive": "-r", "--force": "-f", "--archive": "-a"},
@@ -836,10 +839,10 @@ def long_option(program: str, name: str) -> str:
 
 
 # programs whose long options take one dash (``find -delete``): never split into letters
-SINGLE_DASH_LONG = frozenset({"find", "java", "go", "gcc", "g++", "cc", "clang", "clang++", "ffmpeg",
+SINGLE_DASH_LONG: Final = frozenset({"find", "java", "go", "gcc", "g++", "cc", "clang", "clang++", "ffmpeg",
                               "xcodebuild", "dd", "qemu-img", "ant"})
 # options whose value is the next word (so it is not taken for an operand), per program
-VALUE_OPTIONS: dict[str, frozenset[str]] = {
+VALUE_OPTIONS: Final[dict[str, frozenset[str]]] = {
     "git": frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"}),
     "chmod": frozenset({"--reference"}),
     "chown": frozenset({"--reference", "--from"}),
@@ -863,11 +866,11 @@ class Invocation:
         return any(n == name for n, _ in self.flags)
 
 
-_BRACED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_BRACED_VAR: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-UNKNOWN_DIRECTORY = "$UNKNOWN_DIRECTORY"
-_PROC_LINK = re.compile(r"^/proc/[^/]+/(?:task/[^/]+/)?(root|cwd|fd/[^/]+|map_files/[^/]+)(/.*)?$|^/dev/fd/[^/]+(/.*)?$")
+UNKNOWN_DIRECTORY: Final = "$UNKNOWN_DIRECTORY"
+_PROC_LINK: Final = re.compile(r"^/proc/[^/]+/(?:task/[^/]+/)?(root|cwd|fd/[^/]+|map_files/[^/]+)(/.*)?$|^/dev/fd/[^/]+(/.*)?$")
 
 
 def _proc_alias(path: str) -> str:
@@ -960,8 +963,8 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
     return invocation
 
 
-_NO_ALIASES: dict[str, str] = {}
-_NO_VALUE_OPTIONS: frozenset[str] = frozenset()
+_NO_ALIASES: Final[dict[str, str]] = {}
+_NO_VALUE_OPTIONS: Final[frozenset[str]] = frozenset()
 
 
 def clear_caches() -> None:
@@ -983,9 +986,9 @@ def clear_caches() -> None:
             clear()
 
 
-_CACHE_NAMES: list[tuple[dict, str]] = []
+_CACHE_NAMES: Final[list[tuple[dict, str]]] = []
 
 
 # kinds of module-level values that never hold a cache (clear_caches skips them)
-_NO_CACHE_KINDS = frozenset({str, bytes, int, bool, float, type(None), tuple, list, dict, set, frozenset,
+_NO_CACHE_KINDS: Final = frozenset({str, bytes, int, bool, float, type(None), tuple, list, dict, set, frozenset,
                              type(re.compile("")), type(sys)})

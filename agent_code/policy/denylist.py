@@ -74,22 +74,22 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Final, Iterator
 
 from agent_code.policy.commands import (INTERPRETERS, SHELLS, UNKNOWN_DIRECTORY, Analysis, Command, Invocation, normalize,
                                        normalize_path, program_name, shell_script)
 from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, WRITE_REDIRECTIONS, escape
 
-SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+SYSTEM_DIRS: Final = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
                          "/root", "/sbin", "/srv", "/sys", "/usr", "/var", "/Users", "/System", "/Library",
                          "/Applications", "/snap", "/mnt", "/media", "/run", "/private", "/nix", "/efi"})
-SAFE_DEVICES = re.compile(r"^/dev/(null|zero|full|random|urandom|stdin|stdout|stderr|tty|ptmx|fd/\d+|pts/.*|"
+SAFE_DEVICES: Final = re.compile(r"^/dev/(null|zero|full|random|urandom|stdin|stdout|stderr|tty|ptmx|fd/\d+|pts/.*|"
                           r"shm(/.*)?)$")
-DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
-FORMATTERS = re.compile(r"^(mkfs(\..+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs|mkfs_msdos|newfs(_.+)?|mkexfatfs|"
+DOWNLOADERS: Final = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
+FORMATTERS: Final = re.compile(r"^(mkfs(\..+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs|mkfs_msdos|newfs(_.+)?|mkexfatfs|"
                         r"mkfs\.\w+|blkdiscard|badblocks)$")
 # partition and volume tools, and the sub-commands of theirs that destroy data
-DISK_TOOLS: dict[str, frozenset[str] | None] = {
+DISK_TOOLS: Final[dict[str, frozenset[str] | None]] = {
     "fdisk": None, "sfdisk": None, "cfdisk": None, "gdisk": None, "sgdisk": None, "parted": None,
     "zpool": frozenset({"destroy", "labelclear", "create"}), "zfs": frozenset({"destroy"}),
     "lvremove": None, "vgremove": None, "pvremove": None, "dmsetup": frozenset({"remove", "remove_all", "wipe_table"}),
@@ -98,26 +98,26 @@ DISK_TOOLS: dict[str, frozenset[str] | None] = {
                                                                            "partitionDisk", "zeroDisk"}),
 }
 # read-only spellings of those tools (listing partitions is fine)
-DISK_READ_FLAGS = frozenset({"-l", "--list", "-s", "--show", "--print", "-p", "-V", "--version", "-h", "--help",
+DISK_READ_FLAGS: Final = frozenset({"-l", "--list", "-s", "--show", "--print", "-p", "-V", "--version", "-h", "--help",
                              "-I", "--detail", "--examine", "-D", "-E", "-Q", "--query"})
 # files whose loss or rewrite breaks the machine or its security
-SYSTEM_FILES = frozenset({"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow", "/etc/sudoers", "/etc/fstab",
+SYSTEM_FILES: Final = frozenset({"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow", "/etc/sudoers", "/etc/fstab",
                           "/etc/ld.so.preload", "/etc/inittab", "/etc/crypttab", "/etc/login.defs", "/etc/hosts",
                           "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/environment", "/etc/profile",
                           "/etc/bash.bashrc", "/etc/ssh/sshd_config", "/etc/security/limits.conf"})
-SYSTEM_TREES = ("/boot/", "/etc/sudoers.d/", "/etc/pam.d/", "/etc/systemd/", "/etc/cron.d/", "/etc/init.d/",
+SYSTEM_TREES: Final = ("/boot/", "/etc/sudoers.d/", "/etc/pam.d/", "/etc/systemd/", "/etc/cron.d/", "/etc/init.d/",
                 "/etc/profile.d/", "/lib/modules/", "/usr/lib/modules/", "/etc/modprobe.d/", "/etc/default/grub",
                 "/proc/sys/", "/sys/", "/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/lib/", "/lib64/",
                 "/usr/lib/", "/usr/lib64/", "/efi/", "/etc/apt/", "/etc/yum.repos.d/")
-KERNEL_FILES = ("/proc/sysrq-trigger", "/proc/sys/", "/sys/power/", "/sys/kernel/", "/dev/mem", "/dev/kmem",
+KERNEL_FILES: Final = ("/proc/sysrq-trigger", "/proc/sys/", "/sys/power/", "/sys/kernel/", "/dev/mem", "/dev/kmem",
                 "/dev/port", "/proc/kcore", "/sys/firmware/")
-POWER_PROGRAMS = frozenset({"shutdown", "reboot", "halt", "poweroff", "pm-suspend", "pm-hibernate",
+POWER_PROGRAMS: Final = frozenset({"shutdown", "reboot", "halt", "poweroff", "pm-suspend", "pm-hibernate",
                             "pm-suspend-hybrid", "systemd-hibernate", "kexec", "rtcwake", "zzz", "s2ram",
                             "killall5", "hibernate"})
-POWER_VERBS = frozenset({"poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
+POWER_VERBS: Final = frozenset({"poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep",
                          "suspend-then-hibernate", "rescue", "emergency", "soft-reboot", "default"})
-KERNEL_PROGRAMS = frozenset({"insmod", "rmmod", "kexec", "kmod", "depmod"})
-WRITERS = frozenset({"tee", "truncate", "shred", "sponge", "install", "cp", "mv", "rsync", "ln", "dd", "unlink",
+KERNEL_PROGRAMS: Final = frozenset({"insmod", "rmmod", "kexec", "kmod", "depmod"})
+WRITERS: Final = frozenset({"tee", "truncate", "shred", "sponge", "install", "cp", "mv", "rsync", "ln", "dd", "unlink",
                      "rm", "ddrescue", "scp", "patch"})
 
 
@@ -173,7 +173,7 @@ def _with_home(path: str, home: str | None) -> str:
     return path
 
 
-_HOME_LEADS = (("~", "~/"), ("$HOME", "$HOME/"), ("${HOME}", "${HOME}/"))
+_HOME_LEADS: Final = (("~", "~/"), ("$HOME", "$HOME/"), ("${HOME}", "${HOME}/"))
 
 
 @lru_cache(maxsize=1024)  # a pure function of the words
@@ -211,10 +211,10 @@ def _home_paths(home: str) -> tuple[str, str]:
 
 
 # re.sub with a callable is several times faster than with an r"\1" template
-_GROUP_1 = operator.itemgetter(1)
-_DOTDOTS = re.compile(r"\.\.(/\.\.)*")
-_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
-_GLOB = re.compile(r"(?<!\\)(?:\\\\)*[*?\[]")  # an unescaped glob character
+_GROUP_1: Final = operator.itemgetter(1)
+_DOTDOTS: Final = re.compile(r"\.\.(/\.\.)*")
+_ESCAPED: Final = re.compile(r"\\(.)", re.DOTALL)
+_GLOB: Final = re.compile(r"(?<!\\)(?:\\\\)*[*?\[]")  # an unescaped glob character
 
 
 def _unescape(pattern: str) -> str:
@@ -289,7 +289,7 @@ def _first_brace(p: str) -> tuple[int, int, list[str]] | None:
     return None
 
 
-_CLASS_START = re.compile(r"\[[:.=]")
+_CLASS_START: Final = re.compile(r"\[[:.=]")
 
 
 def _bracket_end(pattern: str, at: int) -> int:
@@ -368,15 +368,15 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-_GLOB_LITERALS = re.compile(r"[^\\*?\[]+")
-_PROBES = ("bin", "x", "lib64", "a.b", "data")
+_GLOB_LITERALS: Final = re.compile(r"[^\\*?\[]+")
+_PROBES: Final = ("bin", "x", "lib64", "a.b", "data")
 # and the hidden ones a dot glob takes (``~/.*``, ``~/.??*``, ``~/.[!.]*``: every dot-file of the
 # home, .ssh and .config among them; ``*`` itself matches no leading dot)
-_DOT_PROBES = (".ssh", ".config", ".bashrc", ".a.b", ".local")
+_DOT_PROBES: Final = (".ssh", ".config", ".bashrc", ".a.b", ".local")
 
 
 # the last components of the protected directories: the system ones, and the home's (_home_name)
-_SYSTEM_NAMES = frozenset(d.rsplit("/", 1)[1] for d in SYSTEM_DIRS)
+_SYSTEM_NAMES: Final = frozenset(d.rsplit("/", 1)[1] for d in SYSTEM_DIRS)
 
 
 @lru_cache(maxsize=8)  # (one home per session, asked for on every word under an unknown directory)
@@ -396,12 +396,12 @@ def possibly_protected(pattern: str, home: str | None = None) -> bool:
     return any(_alternative_protected(alt, home) for alt in brace_alternatives(pattern))
 
 
-_SPECIAL = re.compile(r"[\\{*?\[~]")  # what may make a pattern more than one literal path
+_SPECIAL: Final = re.compile(r"[\\{*?\[~]")  # what may make a pattern more than one literal path
 # the paths a glob is tried against (and, per home, _home_paths)
-_GLOB_CANDIDATES = ("/", *SYSTEM_DIRS, "..", "../..", "../../..", "./..")
-_TILDE = re.compile(r"~([^/\\]*)")
-_SLASHES = re.compile(r"/+")
-_DOT_DIRS = re.compile(r"(^|/)\./")
+_GLOB_CANDIDATES: Final = ("/", *SYSTEM_DIRS, "..", "../..", "../../..", "./..")
+_TILDE: Final = re.compile(r"~([^/\\]*)")
+_SLASHES: Final = re.compile(r"/+")
+_DOT_DIRS: Final = re.compile(r"(^|/)\./")
 
 
 def _alternative_protected(p: str, home: str | None) -> bool:
@@ -521,7 +521,7 @@ def _find_delete(c: Command, inv: Words, home: str | None) -> str | None:
     return None
 
 
-_OPTIMIZE_FLAG = re.compile(r"-O\d")
+_OPTIMIZE_FLAG: Final = re.compile(r"-O\d")
 
 
 def _chmod_protected(c: Command, inv: Words, home: str | None) -> str | None:
@@ -543,7 +543,7 @@ def _chmod_protected(c: Command, inv: Words, home: str | None) -> str | None:
     return None
 
 
-_MODE_FLAG = re.compile(r"-[rwxXst]")
+_MODE_FLAG: Final = re.compile(r"-[rwxXst]")
 
 
 def _move_protected(c: Command, inv: Words, home: str | None) -> str | None:
@@ -604,10 +604,10 @@ def _maybe_device(word: str, shape: str | None = None) -> bool:
     return _is_device(word)
 
 
-_UNDER_DEV = re.compile(r"/+dev/")
+_UNDER_DEV: Final = re.compile(r"/+dev/")
 
 
-_DEVICE_OPERAND_PROGRAMS = frozenset({"tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard",
+_DEVICE_OPERAND_PROGRAMS: Final = frozenset({"tee", "shred", "truncate", "badblocks", "sponge", "blkdiscard",
                                       "cp", "mv", "install", "rsync", "ddrescue", "cat", "pv"})
 
 
@@ -653,7 +653,7 @@ def _kernel_path(path: str) -> bool:
     return path in _KERNEL_EXACT or path.startswith(KERNEL_FILES)
 
 
-_KERNEL_EXACT = frozenset(k.rstrip("/") for k in KERNEL_FILES)
+_KERNEL_EXACT: Final = frozenset(k.rstrip("/") for k in KERNEL_FILES)
 
 
 def _written_files(c: Command, inv: Words) -> list[str]:
@@ -693,7 +693,7 @@ def _written_files(c: Command, inv: Words) -> list[str]:
     return out
 
 
-_TAR_WRITES = re.compile(r"[cru]")
+_TAR_WRITES: Final = re.compile(r"[cru]")
 
 
 def _system_file(c: Command, inv: Words, home: str | None) -> str | None:
@@ -715,10 +715,10 @@ def _system_file(c: Command, inv: Words, home: str | None) -> str | None:
     return None
 
 
-PARTED_WRITES = frozenset({"mklabel", "mktable", "mkpart", "mkpartfs", "rm", "resizepart", "resize", "rescue",
+PARTED_WRITES: Final = frozenset({"mklabel", "mktable", "mkpart", "mkpartfs", "rm", "resizepart", "resize", "rescue",
                            "name", "set", "toggle", "disk_set", "disk_toggle", "move", "cp", "mkfs"})
 # systemd targets that stop, restart or suspend the machine (``systemctl start reboot.target``)
-POWER_TARGETS = re.compile(r"^(reboot|poweroff|halt|kexec|soft-reboot|suspend|hibernate|hybrid-sleep|"
+POWER_TARGETS: Final = re.compile(r"^(reboot|poweroff|halt|kexec|soft-reboot|suspend|hibernate|hybrid-sleep|"
                            r"suspend-then-hibernate|sleep|ctrl-alt-del|rescue|emergency|shutdown|exit|final)"
                            r"(\.target)?$")
 
@@ -787,7 +787,7 @@ def tar_extracts(argv: tuple[str, ...]) -> bool:
         w in ("--extract", "--get") or _EXTRACT_FLAG.match(w) is not None for w in argv[1:])
 
 
-_EXTRACT_FLAG = re.compile(r"^-[A-Za-z]*x")
+_EXTRACT_FLAG: Final = re.compile(r"^-[A-Za-z]*x")
 
 
 def _overwrite_root(c: Command, inv: Words, home: str | None) -> str | None:
@@ -817,7 +817,7 @@ def _overwrite_root(c: Command, inv: Words, home: str | None) -> str | None:
 
 
 CommandCheck = Callable[[Command, Words, "str | None"], "str | None"]
-COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
+COMMAND_CHECKS: Final[tuple[tuple[str, CommandCheck], ...]] = (
     ("rm-protected", _rm_protected),
     ("find-delete", _find_delete),
     ("sync-delete", _sync_delete),
@@ -830,7 +830,7 @@ COMMAND_CHECKS: tuple[tuple[str, CommandCheck], ...] = (
     ("kernel", _kernel),
     ("system-file", _system_file),
 )
-RULE_IDS = tuple(dict.fromkeys(rule for rule, _ in COMMAND_CHECKS)) + ("fork-bomb", "download-to-shell", "too-deep")
+RULE_IDS: Final = tuple(dict.fromkeys(rule for rule, _ in COMMAND_CHECKS)) + ("fork-bomb", "download-to-shell", "too-deep")
 
 
 def _reads_stdin_script(c: Command) -> bool:
@@ -844,7 +844,7 @@ def _reads_stdin_script(c: Command) -> bool:
     return False
 
 
-_PYTHON = re.compile(r"python\d(\.\d+)?")
+_PYTHON: Final = re.compile(r"python\d(\.\d+)?")
 
 
 def _download_to_shell(analysis: Analysis) -> Hit | None:
@@ -878,7 +878,7 @@ def _checks_for(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], .
     return _WRITE_CHECKS if writes else ()
 
 
-_FORMATTER_STARTS = ("mk", "wipefs", "newfs", "blkdiscard", "badblocks")
+_FORMATTER_STARTS: Final = ("mk", "wipefs", "newfs", "blkdiscard", "badblocks")
 
 
 def _compute_checks(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
@@ -892,7 +892,7 @@ def _checks() -> list[tuple[str, CommandCheck, frozenset[str] | None]]:
     return [(rule, check, _CHECK_PROGRAMS.get(rule)) for rule, check in COMMAND_CHECKS]
 
 
-_HOMES: dict[str | None, str] = {}
+_HOMES: Final[dict[str | None, str]] = {}
 
 
 def _home() -> str:
@@ -984,11 +984,11 @@ def _command_hits(command: Command, checks: tuple[tuple[str, CommandCheck], ...]
             yield Hit(rule, reason, _shown(command))
 
 
-_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "0", "1", "2", "-"})
-_WRITE_RULES = frozenset({"write-device", "kernel", "system-file"})
-_PATH_PROGRAMS = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
+_HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "0", "1", "2", "-"})
+_WRITE_RULES: Final = frozenset({"write-device", "kernel", "system-file"})
+_PATH_PROGRAMS: Final = frozenset({"rm", "find", "rsync", "chmod", "chown", "chgrp", "chattr", "setfacl", "chcon", "mv",
                             "tee", "truncate", "shred", "sponge", "unlink", "cp", "install", "ln", "sed", "perl"})
-_CHECK_PROGRAMS: dict[str, frozenset[str] | None] = {
+_CHECK_PROGRAMS: Final[dict[str, frozenset[str] | None]] = {
     "rm-protected": frozenset({"rm", "rimraf"}),
     "find-delete": frozenset({"find"}),
     "sync-delete": frozenset({"rsync"}),
@@ -1023,7 +1023,7 @@ def _directories_changed_to(analysis: Analysis, home: str | None) -> list[str]:
     return bases
 
 
-_NOT_RELATIVE = ("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)
+_NOT_RELATIVE: Final = ("-", "/", "~", UNKNOWN, UNKNOWN_QUOTED)
 # Checks a command rebased under a cd's directory (_rebased: only its patterns change) needs
 # no second look from: these never read a command's patterns (argv, redirections and the
 # normalized argv only), so they answer for the rebased command what they did for it …
@@ -1032,7 +1032,7 @@ _SAME_UNDER_ANY_BASE = frozenset({"format-disk", "overwrite-root", "power", "ker
 # changes, which a base that begins with an expansion (``cd "$X"``, ``cd $(…)``) turns into
 # relative patterns ("\x02/sda"): for such a base they answer what they did without it
 _SAME_UNDER_AN_UNKNOWN_BASE = frozenset({"system-file", "write-device"})
-_UNKNOWN_STARTS = (UNKNOWN, UNKNOWN_QUOTED)
+_UNKNOWN_STARTS: Final = (UNKNOWN, UNKNOWN_QUOTED)
 
 
 def _rebased(c: Command, base: str) -> Command | None:
@@ -1055,8 +1055,8 @@ def first_hit(analysis: Analysis, home: str | None = None) -> Hit | None:
     return next(hits(analysis, home), None)
 
 
-_CHECKS = _checks()
-_NO_TABLE: dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ...]] = {}
+_CHECKS: Final = _checks()
+_NO_TABLE: Final[dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ...]]] = {}
 
 
 def _checks_table() -> dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ...]]:
@@ -1066,11 +1066,11 @@ def _checks_table() -> dict[tuple[str, bool], tuple[tuple[str, CommandCheck], ..
     return {(program, writes): _compute_checks(program, writes) for program in named for writes in (False, True)}
 
 
-_CHECKS_BY_PROGRAM = _checks_table()
-_WRITE_CHECKS = _compute_checks("", True)
+_CHECKS_BY_PROGRAM: Final = _checks_table()
+_WRITE_CHECKS: Final = _compute_checks("", True)
 # _CHECKS_BY_PROGRAM split by ``writes`` (a lookup without a key tuple)
-_CHECKS_WRITING = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if writes}
-_CHECKS_NOT_WRITING = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if not writes}
+_CHECKS_WRITING: Final = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if writes}
+_CHECKS_NOT_WRITING: Final = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items() if not writes}
 # the programs of the table whose checks are the same whether or not they write
-_SAME_EITHER_WAY = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items()
+_SAME_EITHER_WAY: Final = {program: checks for (program, writes), checks in _CHECKS_BY_PROGRAM.items()
                     if writes and _CHECKS_BY_PROGRAM[(program, False)] == checks}

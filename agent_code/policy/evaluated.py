@@ -26,43 +26,44 @@ by their spelling, which errs towards finding more. Pure functions of the text.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from agent_code.policy.shell_syntax import _ansi_c
 
 # --- constructs that evaluate text -----------------------------------------------------------
 
-_PROMPT_EXPANSION = re.compile(r"@P\s*\}")
+_PROMPT_EXPANSION: Final = re.compile(r"@P\s*\}")
 # ${!name} and ${!name[i]}: the value names another variable (${!prefix*}, ${!a[@]} list names)
-_INDIRECTION = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
-_NAMEREF = re.compile(r"(?:declare|typeset|local)\s+(?:[-+][A-Za-z]*\s+)*-[A-Za-z]*n")  # (+x, +r before -n)
+_INDIRECTION: Final = re.compile(r"\$\{!(?![A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\]|[@*])\})")
+_NAMEREF: Final = re.compile(r"(?:declare|typeset|local)\s+(?:[-+][A-Za-z]*\s+)*-[A-Za-z]*n")  # (+x, +r before -n)
 # a variable name with a subscript given to a builtin that evaluates it (quotes may split it:
 # `-v 'a[$'"(…)]"`): -v NAME (test, [, [[, printf), read/mapfile/readarray/getopts/wait -p/unset
 # test -v, [ -v, [[ -v, printf -v, wait -p NAME (a name given by an expansion may hold one too);
 # only in those commands: mkdir -p "$d", grep -v "$x" name no variable
-_OPTION_SUBSCRIPT = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s*\S*[\[$]")
-_OPTION_TAKERS = ("test", "printf", "wait", "[")  # where a match of _OPTION_SUBSCRIPT can start
-_NAME_TAKERS = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
-_TAKER_SUBSCRIPT = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
+_OPTION_SUBSCRIPT: Final = re.compile(r"(?:\btest|\bprintf|\bwait|(?:^|(?<=\s))\[\[?)\s[^;&|\n]*?(?<=\s)-[vp]\s*\S*[\[$]")
+_OPTION_TAKERS: Final = ("test", "printf", "wait", "[")  # where a match of _OPTION_SUBSCRIPT can start
+_NAME_TAKERS: Final = ("read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local", "export", "readonly")
+_TAKER_SUBSCRIPT: Final = re.compile(r"(?:read|mapfile|readarray|getopts|unset|declare|typeset|local|export|readonly)\b"
                               r"[^;&|\n]*\[")
 # --- sources of values that may carry code ---------------------------------------------------
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 # a planted value: a subscript holding "$(" or "`" (quotes and backslashes may split them;
 # "$((" is arithmetic): any arithmetic in the line may reach it through some variable
-_PLANTED = re.compile(r"\[[^]\n]*(?:\$['\"\\]*\((?!\()|`)")
-_SUBSTITUTION = re.compile(r"\$\((?!\()|`")  # (not "$((": an arithmetic expansion)
+_PLANTED: Final = re.compile(r"\[[^]\n]*(?:\$['\"\\]*\((?!\()|`)")
+_SUBSTITUTION: Final = re.compile(r"\$\((?!\()|`")  # (not "$((": an arithmetic expansion)
 # substitutions whose output is a number: `… | wc -l` (no file named: wc prints the count
 # alone), `nproc`, `seq` of numbers
-_NUMERIC_SUBSTITUTION = re.compile(r"\$\([^()`]*\|\s*wc(?:\s+-[lcwm]+)*\s*\)|\$\(\s*nproc\s*\)|"
+_NUMERIC_SUBSTITUTION: Final = re.compile(r"\$\([^()`]*\|\s*wc(?:\s+-[lcwm]+)*\s*\)|\$\(\s*nproc\s*\)|"
                                    r"\$\(\s*seq(?:\s+-?[0-9]+)+\s*\)")
-_DEFINES_COUNTERS = re.compile(r"\b(?:wc|nproc|seq)\s*\(\s*\)|\bfunction\s+(?:wc|nproc|seq)\b")
+_DEFINES_COUNTERS: Final = re.compile(r"\b(?:wc|nproc|seq)\s*\(\s*\)|\bfunction\s+(?:wc|nproc|seq)\b")
 # names whose values are read when the line runs: read, mapfile, getopts, printf -v, wait -p,
 # the variable of a for/select over a list that expands (a glob, $x, $(…))
 # NAME=VALUE (VALUE: up to an operator or a blank, an $((…)) or an array (…) whole)
-_ASSIGNED = re.compile(r"(?:^|(?<=[\s;&|(){}`]))(" + _NAME + r")(?:\[[^]]*\])?\+?="
+_ASSIGNED: Final = re.compile(r"(?:^|(?<=[\s;&|(){}`]))(" + _NAME + r")(?:\[[^]]*\])?\+?="
                        r"((?:\$\(\((?:[^()]|\([^()]*\))*\)\)|\([^()]*\)|\"[^\"]*\"|'[^']*'|[^\s;&|<>()])*)")
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_BEFORE_NAME = frozenset(";&|(){}`")  # (and whitespace): what _ASSIGNED's lookbehind allows
+_NAME_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_BEFORE_NAME: Final = frozenset(";&|(){}`")  # (and whitespace): what _ASSIGNED's lookbehind allows
 
 
 def _assignments(text: str) -> list[re.Match[str]]:
@@ -98,20 +99,20 @@ def _assignments(text: str) -> list[re.Match[str]]:
     return found
 
 
-_USES = re.compile(r"\$\{?#?(" + _NAME + r")|(?<![$\w])(" + _NAME + r")")
-_POSITIONAL = re.compile(r"\$\{?[1-9@*]")
+_USES: Final = re.compile(r"\$\{?#?(" + _NAME + r")|(?<![$\w])(" + _NAME + r")")
+_POSITIONAL: Final = re.compile(r"\$\{?[1-9@*]")
 
 
-_ARITHMETIC_TESTS = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
-_DECLARERS = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
-_LET = re.compile(r"let\s+([^;&|\n]*)")
-_SEPARATORS = re.compile(r"[;&|\n]")
-_SUBSCRIPT_OR_OFFSET = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\](?::(?![-=+?])[^}]*)?|:(?![-=+?])[^}]*)")
-_SUBSCRIPT_ASSIGNED = re.compile(r"(\[[^]]*\])\+?=")  # a[i]=…, a=([i]=…)
-_DECLARATION = re.compile(r"(?:declare|typeset|local)\s([^;&|\n]*)")
+_ARITHMETIC_TESTS: Final = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
+_DECLARERS: Final = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
+_LET: Final = re.compile(r"let\s+([^;&|\n]*)")
+_SEPARATORS: Final = re.compile(r"[;&|\n]")
+_SUBSCRIPT_OR_OFFSET: Final = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\](?::(?![-=+?])[^}]*)?|:(?![-=+?])[^}]*)")
+_SUBSCRIPT_ASSIGNED: Final = re.compile(r"(\[[^]]*\])\+?=")  # a[i]=…, a=([i]=…)
+_DECLARATION: Final = re.compile(r"(?:declare|typeset|local)\s([^;&|\n]*)")
 
 
-_COMMAND_START = frozenset(" \t\n;&|({`!")  # what may stand before a command's name
+_COMMAND_START: Final = frozenset(" \t\n;&|({`!")  # what may stand before a command's name
 
 
 def _at_words(text: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> list[re.Match[str]]:
@@ -185,17 +186,17 @@ def _arithmetic_texts(text: str) -> list[str]:
 
 
 # variables commands set without naming them: untrusted wherever arithmetic reads them
-_IMPLICIT = frozenset({"REPLY", "MAPFILE", "_", "BASH_REMATCH", "OPTARG", "COPROC", "BASH_ARGV", "BASH_ARGC",
+_IMPLICIT: Final = frozenset({"REPLY", "MAPFILE", "_", "BASH_REMATCH", "OPTARG", "COPROC", "BASH_ARGV", "BASH_ARGC",
                        "BASH_COMMAND", "READLINE_LINE", "BASH_EXECUTION_STRING"})
-_BINDERS = ("read", "mapfile", "readarray", "getopts", "printf", "wait", "declare", "typeset", "local", "export",
+_BINDERS: Final = ("read", "mapfile", "readarray", "getopts", "printf", "wait", "declare", "typeset", "local", "export",
             "readonly", "unset", "for", "select", "coproc")
-_SEGMENT_END = re.compile(r"[;&|\n]")
-_AFTER_BINDER = (" ", "\t", "<", ">")
-_REDIRECTION_WORD = re.compile(r"[0-9]*(?:<|>)")  # a word that starts a redirection (<<<, 2>, >f …)
-_VALUE_OPTIONS = {"read": ("-d", "-i", "-n", "-N", "-p", "-t", "-u"), "mapfile": ("-d", "-n", "-O", "-s", "-u", "-c"),
+_SEGMENT_END: Final = re.compile(r"[;&|\n]")
+_AFTER_BINDER: Final = (" ", "\t", "<", ">")
+_REDIRECTION_WORD: Final = re.compile(r"[0-9]*(?:<|>)")  # a word that starts a redirection (<<<, 2>, >f …)
+_VALUE_OPTIONS: Final = {"read": ("-d", "-i", "-n", "-N", "-p", "-t", "-u"), "mapfile": ("-d", "-n", "-O", "-s", "-u", "-c"),
                   "readarray": ("-d", "-n", "-O", "-s", "-u", "-c")}
-_NUMBER_VALUE = re.compile(r"[+-]?[0-9]*|\(\s*(?:[+-]?[0-9]+\s*)*\)")
-_COPY_VALUE = re.compile(r"\$?\{?(" + _NAME + r")\}?")
+_NUMBER_VALUE: Final = re.compile(r"[+-]?[0-9]*|\(\s*(?:[+-]?[0-9]+\s*)*\)")
+_COPY_VALUE: Final = re.compile(r"\$?\{?(" + _NAME + r")\}?")
 
 
 def _bindings(text: str) -> tuple[set[str], str | None]:
@@ -217,7 +218,7 @@ def _bindings(text: str) -> tuple[set[str], str | None]:
     return bound, None
 
 
-_LOWERCASE_ENVIRONMENT = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy"})
+_LOWERCASE_ENVIRONMENT: Final = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy"})
 
 
 def _bind(command: str, words: list[str], bound: set[str]) -> str | None:
@@ -336,7 +337,7 @@ def _untrusted(used: set[str], text: str) -> str | None:
     return None
 
 
-_ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
+_ANSI_C: Final = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 
 
 def _flat(text: str) -> str:

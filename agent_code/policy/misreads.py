@@ -14,8 +14,12 @@ syntax reader's own check. Every class here was found by running lines through b
 from __future__ import annotations
 
 import re
+from typing import Final
 
-from agent_code.policy.grammar import KIND, Node
+from agent_code.policy import grammar
+from agent_code.policy.grammar import Node
+
+KIND: Final = grammar.KIND  # (a C static in a compiled build: see shell_syntax._KIND)
 
 
 def check(root: Node, parsed: bytes, source: bytes) -> tuple[str, ...]:
@@ -39,10 +43,10 @@ def check(root: Node, parsed: bytes, source: bytes) -> tuple[str, ...]:
 # backslash before a blank as whitespace (bash: a word, ``\ `` is the argument " "); and a
 # backslash, carriage return, newline as a line continuation (bash: an escaped carriage return,
 # then the end of the command: ``echo a\<CR><LF>rm -rf ~`` runs rm)
-_MISREAD = re.compile(rb"\\[ \t\v\f\r]|[\v\f\r]")
+_MISREAD: Final = re.compile(rb"\\[ \t\v\f\r]|[\v\f\r]")
 # (the test before _misread: three byte searches and a pattern that starts with a literal
 # backslash, which the regex engine finds by a fast scan: a tenth of _MISREAD's search)
-_ESCAPED_BLANK = re.compile(rb"\\[ \t\v\f\r]")
+_ESCAPED_BLANK: Final = re.compile(rb"\\[ \t\v\f\r]")
 
 
 def _misread(root: Node, source: bytes) -> tuple[str, ...]:
@@ -68,13 +72,13 @@ def _misread(root: Node, source: bytes) -> tuple[str, ...]:
 # parser took a newline for a blank: tree-sitter-bash does so after a pipeline of three or more
 # stages in some contexts (``ls | grep x | head -n 1<LF>rm -rf ~ && true`` came out as ``head -n
 # 1 rm -rf ~``, a command that ends a pipeline) where bash ends the command and runs the next.
-_NEWLINE_SEPARATES = frozenset({
+_NEWLINE_SEPARATES: Final = frozenset({
     "program", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause", "else_clause",
     "while_statement", "for_statement", "c_style_for_statement", "case_statement", "case_item",
     "function_definition", "command_substitution", "process_substitution", "string", "translated_string",
     "heredoc_redirect", "heredoc_body", "array", "ERROR",
 })
-_CONTINUED_BY = {"list": frozenset({"&&", "||"}), "pipeline": frozenset({"|", "|&"})}
+_CONTINUED_BY: Final = {"list": frozenset({"&&", "||"}), "pipeline": frozenset({"|", "|&"})}
 
 
 def _joined(root: Node, source: bytes) -> tuple[str, ...]:
@@ -124,9 +128,9 @@ def _after_operator(node: Node, kind: str, at: int) -> bool:
 # grammar ends the word before the backslash and starts another: ``"r"\\m -rf ~`` ran ``rm -rf ~``
 # as the program "r", ``echo x > "/etc/pass"\\wd`` wrote /etc/passwd to the target "/etc/pass"
 # (approved in bypassPermissions). A backslash after one of these starts a word for bash too.
-_WORD_BREAKS = frozenset(b" \t\n;&|<>")  # (not ")": it may close a $(…) of the word)
+_WORD_BREAKS: Final = frozenset(b" \t\n;&|<>")  # (not ")": it may close a $(…) of the word)
 # nodes whose parts are adjacent by nature (a word's pieces, ``name=value``, ``${x#…}``, arithmetic)
-_ADJACENT_PARTS = frozenset({
+_ADJACENT_PARTS: Final = frozenset({
     "concatenation", "string", "translated_string", "expansion", "variable_assignment", "heredoc_body", "regex",
     "arithmetic_expansion", "binary_expression", "unary_expression", "postfix_expression", "ternary_expression",
     "parenthesized_expression", "subscript", "brace_expression", "extglob_pattern",
@@ -188,7 +192,7 @@ def _ansi_c_misread(root: Node, source: bytes) -> tuple[str, ...]:
     return tuple(found)
 
 
-_HEREDOC_WORD_ENDS = frozenset(b" \t\n;&|()<>")
+_HEREDOC_WORD_ENDS: Final = frozenset(b" \t\n;&|()<>")
 
 
 def heredoc_word(source: bytes, at: int) -> tuple[int, str, int]:

@@ -62,7 +62,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Final, Iterable, Literal
 
 from agent_code.globs import glob_regex
 from agent_code.policy import denylist
@@ -73,26 +73,26 @@ from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 from agent_code.tools.base import TOOL_KINDS, Tool
 
 Behavior = Literal["allow", "ask", "deny"]
-BEHAVIORS: tuple[Behavior, ...] = ("deny", "ask", "allow")  # precedence order
-KIND_ALIASES = {kind: kind for kind in TOOL_KINDS}  # "Read" / "read" → kind read
-PATH_ARGUMENTS = ("path", "file_path")
+BEHAVIORS: Final[tuple[Behavior, ...]] = ("deny", "ask", "allow")  # precedence order
+KIND_ALIASES: Final = {kind: kind for kind in TOOL_KINDS}  # "Read" / "read" → kind read
+PATH_ARGUMENTS: Final = ("path", "file_path")
 # commands that need no allow rule of their own inside a command line
-NEUTRAL_COMMANDS = frozenset({"cd", "pwd", "echo", "printf", "true", "false", ":", "test", "[", "[[", "sleep",
+NEUTRAL_COMMANDS: Final = frozenset({"cd", "pwd", "echo", "printf", "true", "false", ":", "test", "[", "[[", "sleep",
                               "exit", "wait"})
 # A line that sets a variable is never auto-approved by an allow rule: what a variable
 # changes is what the allowed program runs (``PATH=.:$PATH ls``, ``GIT_EXTERNAL_DIFF=x git
 # diff``, ``LD_PRELOAD=``, ``BASH_ENV=``, ``CC=`` for make, ``export``, ``env X=…``).
 # Read from the text, so an assignment inside quotes also counts: conservative, it asks.
-_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|(`{])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
+_SETS_VARIABLE: Final = re.compile(r"(?:^|[\s;&|(`{])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
 # git's options before the sub-command that change what git runs or which config it reads
 # (``-c core.fsmonitor=…``, ``--exec-path``, ``-C``/``--git-dir`` to another repository's
 # config, ``-p`` forcing the configured pager); only these are harmless
-_GIT_HARMLESS_GLOBALS = frozenset({"--no-pager", "-P", "--no-optional-locks", "--literal-pathspecs",
+_GIT_HARMLESS_GLOBALS: Final = frozenset({"--no-pager", "-P", "--no-optional-locks", "--literal-pathspecs",
                                    "--no-replace-objects", "--glob-pathspecs", "--noglob-pathspecs",
                                    "--icase-pathspecs", "--version", "-v", "--html-path", "--man-path",
                                    "--info-path"})
 # git sub-command options that run a configured program or write a file
-_GIT_RISKY_OPTIONS = re.compile(r"^(--ext-diff|--textconv|--output(=.*)?|--open-files-in-pager(=.*)?|-O.*"
+_GIT_RISKY_OPTIONS: Final = re.compile(r"^(--ext-diff|--textconv|--output(=.*)?|--open-files-in-pager(=.*)?|-O.*"
                                 r"|--upload-pack(=.*)?|--receive-pack(=.*)?|--exec(=.*)?|--config(=.*)?)$")
 
 
@@ -111,9 +111,9 @@ def _git_runs_configured_programs(argv: tuple[str, ...]) -> bool:
 # && git status`` runs the fsmonitor a planted repository names), which the rule's own
 # exclusions (``git -C``) were written to keep out. Wrappers that change directory count
 # too (``env -C DIR``, ``unshare --wd``, ``firejail --private-cwd``).
-_CHDIR_OPTION = re.compile(r"^(-[A-Za-z]*[CDw]|--(c|ch|chd|chdi|chdir|wd|private-cwd|working-directory)(=|$))")
-_CD_PROGRAMS = frozenset({"cd", "pushd", "popd", "chdir"})
-_SHELL_VALUE = re.compile(r"[$`~*?\[{]")
+_CHDIR_OPTION: Final = re.compile(r"^(-[A-Za-z]*[CDw]|--(c|ch|chd|chdi|chdir|wd|private-cwd|working-directory)(=|$))")
+_CD_PROGRAMS: Final = frozenset({"cd", "pushd", "popd", "chdir"})
+_SHELL_VALUE: Final = re.compile(r"[$`~*?\[{]")
 
 
 def _leaves_the_project(commands: list[Command], root: Path | None) -> bool:
@@ -151,7 +151,7 @@ def _project_directory(command: Command, root: Path) -> bool:
     return True
 
 
-UNPACKERS = frozenset({"unzip", "bsdunzip", "7z", "7za", "unrar", "cpio", "pax", "ar", "patch"})
+UNPACKERS: Final = frozenset({"unzip", "bsdunzip", "7z", "7za", "unrar", "cpio", "pax", "ar", "patch"})
 
 
 def _writes_paths_its_input_names(command: Command) -> bool:
@@ -172,7 +172,7 @@ def _writes_paths_its_input_names(command: Command) -> bool:
 # what it runs (strace -E VAR=…, xargs --process-slot-var=VAR, env -S … is a script of its own)
 # or run a command of their own (flock -c): what the command it wraps is allowed for says
 # nothing of those
-_WRAPPER_OPTIONS_THAT_ACT = {
+_WRAPPER_OPTIONS_THAT_ACT: Final = {
     "strace": ("-o", "--output", "-E", "--env"), "ltrace": ("-o", "--output"), "time": ("-o", "--output"),
     "xargs": ("--process-slot-var",), "flock": ("-c", "--command"), "systemd-run": ("-E", "--setenv"),
     "screen": ("-L", "-Logfile"),
@@ -197,8 +197,8 @@ def _wrapper_does_more(wrapper: str, words: tuple[str, ...]) -> bool:
 def _changes_the_environment(command: Command) -> bool:
     """``printf -v NAME`` assigns a variable (``PATH``) like an assignment does."""
     return command.program == "printf" and any(w.startswith("-v") for w in command.argv[1:])
-SAFE_REDIRECT_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_*][\w.*-]*)\s*(?:\((?P<spec>.*)\))?\s*$", re.DOTALL)
+SAFE_REDIRECT_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+_RULE: Final = re.compile(r"^\s*(?P<tool>[A-Za-z_*][\w.*-]*)\s*(?:\((?P<spec>.*)\))?\s*$", re.DOTALL)
 
 
 class RuleError(ValueError):
@@ -451,8 +451,8 @@ class RuleSet:
         return None
 
 
-UNPARSABLE = "unparsable-command"
-UNJUDGED = "unjudged-command"
+UNPARSABLE: Final = "unparsable-command"
+UNJUDGED: Final = "unjudged-command"
 
 
 def builtin_ask(analysis: Analysis) -> Verdict | None:

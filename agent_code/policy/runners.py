@@ -16,13 +16,14 @@ Pure functions of the words.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 # a variable whose value a shell runs (or expands as a prompt) later, a table that rebinds a
 # command's name (BASH_CMDS, BASH_ALIASES), an exported function (BASH_FUNC_NAME%%, which a child
 # bash defines from the environment), and variables whose value another program runs as a
 # command or reads its config or options from (git's GIT_CONFIG_PARAMETERS / GIT_CONFIG_COUNT +
 # KEY_n + VALUE_n, an editor but true/cat/:, less's input filter, TAR_OPTIONS, PERL5OPT …)
-STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|BASHOPTS|BASH_FUNC_[^\s=]*|BASH_CMDS"
+STARTUP_NAMES: Final = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|BASHOPTS|BASH_FUNC_[^\s=]*|BASH_CMDS"
                  r"|BASH_ALIASES|BASH_LOADABLES_PATH|EXECIGNORE"
                  r"|GIT_CONFIG_PARAMETERS|GIT_CONFIG_COUNT|GIT_CONFIG_KEY_\w*|GIT_CONFIG_VALUE_\w*|GIT_CONFIG_GLOBAL"
                  r"|GIT_CONFIG_SYSTEM|GIT_CONFIG|GIT_EXTERNAL_DIFF|GIT_SSH|GIT_SSH_COMMAND|GIT_PROXY_COMMAND"
@@ -30,7 +31,7 @@ STARTUP_NAMES = (r"(?:PROMPT_COMMAND|BASH_ENV|ENV|PS0|PS1|PS2|PS3|PS4|SHELLOPTS|
                  r"|(?:GIT_EDITOR|GIT_SEQUENCE_EDITOR|EDITOR|VISUAL)(?!=(?:true|cat|:)(?:[\s;&|)]|$))"
                  r"|LESSOPEN|LESSCLOSE|LD_PRELOAD|LD_AUDIT|BROWSER|TAR_OPTIONS|PERL5OPT|RUBYOPT|NODE_OPTIONS)")
 
-_TAR_RUNS = ("--to-command", "--checkpoint-action", "--use-compress-program", "--info-script", "--new-volume-script",
+_TAR_RUNS: Final = ("--to-command", "--checkpoint-action", "--use-compress-program", "--info-script", "--new-volume-script",
              "--rsh-command", "--rmt-command")
 
 
@@ -45,7 +46,7 @@ def _any_abbreviates(words: tuple[str, ...], options: tuple[str, ...]) -> bool:
     return any(abbreviates(w, option) for w in words if w.startswith("--") for option in options)
 
 
-_GIVEN_COMMAND_RUNNERS = frozenset({"fc", "strace", "ltrace", "npx", "fakeroot", "flock", "split", "tar", "gtar",
+_GIVEN_COMMAND_RUNNERS: Final = frozenset({"fc", "strace", "ltrace", "npx", "fakeroot", "flock", "split", "tar", "gtar",
                                     "bsdtar", "sed", "gsed"})
 
 

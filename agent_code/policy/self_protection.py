@@ -90,34 +90,34 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, cast
+from typing import Any, Final, Iterable, Literal, cast
 
 from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
 from agent_code.policy.native import mypyc_attr
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
-PROJECT_DIR = ".agent"          # agent/settings.py PROJECT_DIR
-USER_DIR = ".agent-code"        # agent/settings.py USER_DIR
+PROJECT_DIR: Final = ".agent"          # agent/settings.py PROJECT_DIR
+USER_DIR: Final = ".agent-code"        # agent/settings.py USER_DIR
 SKILLS_PARENT, SKILLS_DIR = ".agents", "skills"   # tools/skills.py PROJECT_SKILLS
 
 # one protected name (a single path component, case-insensitive) -> what it is
-PROTECTED_NAMES: dict[str, str] = {
+PROTECTED_NAMES: Final[dict[str, str]] = {
     ".agent": "the agent's project settings, hooks and sessions (.agent/)",
     ".agent-code": "the user's agent-code settings, skills and instructions (~/.agent-code/)",
     ".git": "git's config and hooks (.git/), which git runs as the user",
     ".gitconfig": "git's user config (~/.gitconfig), which names programs git runs",
 }
-SKILLS_WHAT = "the project's skills (.agents/skills/)"
-GIT_XDG_WHAT = "git's user config (~/.config/git/), which names programs git runs"
-HOOKS_PATH_WHAT = "git's hooks directory (core.hooksPath)"
+SKILLS_WHAT: Final = "the project's skills (.agents/skills/)"
+GIT_XDG_WHAT: Final = "git's user config (~/.config/git/), which names programs git runs"
+HOOKS_PATH_WHAT: Final = "git's hooks directory (core.hooksPath)"
 
 # a protected name inside a longer word (code, a sed script): ask, never allow
-_NAME_IN_TEXT = re.compile(r"(?i)(?<![\w.-])\.(agent-code|agents|agent|gitconfig|git)(?![\w.-])")
-_GLOB_CHARS = set("*?[")
-_EXPANSION = re.compile(r"\$|`")
-_CODE_CHARS = set(" \t\n'\"();<>|&=")  # a word holding these is code or text, not a path
-_CODE_CHARS_RE = re.compile("[" + re.escape("".join(sorted(_CODE_CHARS))) + "]")
-_EXTGLOB = re.compile(r"[@!+*?]\(")
+_NAME_IN_TEXT: Final = re.compile(r"(?i)(?<![\w.-])\.(agent-code|agents|agent|gitconfig|git)(?![\w.-])")
+_GLOB_CHARS: Final = set("*?[")
+_EXPANSION: Final = re.compile(r"\$|`")
+_CODE_CHARS: Final = set(" \t\n'\"();<>|&=")  # a word holding these is code or text, not a path
+_CODE_CHARS_RE: Final = re.compile("[" + re.escape("".join(sorted(_CODE_CHARS))) + "]")
+_EXTGLOB: Final = re.compile(r"[@!+*?]\(")
 
 Severity = Literal["deny", "ask"]
 
@@ -145,7 +145,7 @@ class Finding:
                 "exact change you want, and they can make it themselves.")
 
 
-_set_field = object.__setattr__  # (a frozen dataclass's field, set once in __post_init__)
+_set_field: Final = object.__setattr__  # (a frozen dataclass's field, set once in __post_init__)
 
 
 # --- where the protected places are -------------------------------------------------
@@ -232,8 +232,8 @@ class Places:
         return places
 
 
-_CACHE: dict[Any, Places] = {}
-_PATHS: dict[Any, tuple[Path, Path, tuple[str, ...]]] = {}
+_CACHE: Final[dict[Any, Places]] = {}
+_PATHS: Final[dict[Any, tuple[Path, Path, tuple[str, ...]]]] = {}
 
 
 def _inputs(root: Path, home: Path) -> list[Path]:
@@ -412,7 +412,7 @@ def _resolve_child(above: str, name: str, cache: dict[str, str]) -> str:
 # it is a file, or cannot be searched …) is noted under this prefix and itself (no path to
 # resolve starts with a NUL): the lstat of every path below it fails too (it resolves the
 # same directories first), so nothing below it is a link either
-_ABSENT = "\x00"
+_ABSENT: Final = "\x00"
 
 # Most words judged as paths name nothing that exists, and a failed os.lstat raises: building
 # the FileNotFoundError costs more than the system call. os.access(F_OK) without following a
@@ -530,7 +530,7 @@ def _named_below(path: str, root: str, base: str | None = None) -> str | None:
 
 # --- edit tools -------------------------------------------------------------------------
 
-PATH_KEYS = ("path", "file_path", "notebook_path", "paths", "source", "destination", "target",
+PATH_KEYS: Final = ("path", "file_path", "notebook_path", "paths", "source", "destination", "target",
              "old_path", "new_path")
 
 
@@ -710,7 +710,7 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     return verdict
 
 
-_UNJUDGED: Any = object()
+_UNJUDGED: Final[Any] = object()
 
 
 def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -728,8 +728,8 @@ def _judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     return unknown
 
 
-_PLAIN = re.compile(r"[^~$`{}*?\[@!+(]*")
-_PLAIN_BUT_PARENTHESES = re.compile(r"[^~$`{}*?\[]*")  # _PLAIN, "@", "!", "+" and "(" allowed
+_PLAIN: Final = re.compile(r"[^~$`{}*?\[@!+(]*")
+_PLAIN_BUT_PARENTHESES: Final = re.compile(r"[^~$`{}*?\[]*")  # _PLAIN, "@", "!", "+" and "(" allowed
 
 
 def _is_plain(word: str) -> bool:
@@ -741,10 +741,10 @@ def _is_plain(word: str) -> bool:
         return True
     return (_PLAIN_BUT_PARENTHESES.fullmatch(word) is not None and _EXTGLOB.search(word) is None
             and not word.startswith(".") and "/." not in word)
-_TILDE_USER = re.compile(r"^~([A-Za-z0-9_.+-]*)(?=/|$)")
-_HOME_VAR = re.compile(r"^(\$HOME|\$\{HOME\})(?=/|$)")
-_TEMP_VAR = re.compile(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)")
-_PWD_VAR = re.compile(r"^(\$PWD|\$\{PWD\})(?=/|$)")
+_TILDE_USER: Final = re.compile(r"^~([A-Za-z0-9_.+-]*)(?=/|$)")
+_HOME_VAR: Final = re.compile(r"^(\$HOME|\$\{HOME\})(?=/|$)")
+_TEMP_VAR: Final = re.compile(r"^(\$(TMPDIR|TMP|TEMP)|\$\{(TMPDIR|TMP|TEMP)\})(?=/|$)")
+_PWD_VAR: Final = re.compile(r"^(\$PWD|\$\{PWD\})(?=/|$)")
 
 
 def _judge_plain(word: str, shell: _Shell, cwd: Path | None) -> tuple[Severity, str] | None:
@@ -777,7 +777,7 @@ def _has_glob(part: str) -> bool:
     return "*" in part or "?" in part or "[" in part
 
 
-_AGENT_OR_GIT = re.compile(r"(?i)agent|git")
+_AGENT_OR_GIT: Final = re.compile(r"(?i)agent|git")
 
 
 def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
@@ -872,7 +872,7 @@ def _judge_one(word: str, shell: _Shell) -> tuple[Severity, str] | None:
 
 # programs that only read the files they name (not uniq IN OUT, xxd -r IN OUT, yq -i, file -C,
 # view's :w: left out); an output option (``-o``, ``--output``) is judged for every program
-READERS = frozenset({
+READERS: Final = frozenset({
     "cat", "less", "more", "head", "tail", "ls", "dir", "stat", "wc", "grep", "egrep", "fgrep",
     "rg", "ag", "diff", "cmp", "comm", "md5sum", "sha1sum", "sha256sum", "sha512sum", "cksum", "b2sum",
     "test", "[", "[[", "readlink", "realpath", "basename", "dirname", "echo", "printf", "jq", "tree",
@@ -880,25 +880,25 @@ READERS = frozenset({
     "cd", "pushd", "popd", "pwd", "true", "false", ":", "type", "which", "command", "lsattr",
     "namei", "getfacl", "sleep",
 })
-GIT_READERS = frozenset({
+GIT_READERS: Final = frozenset({
     "status", "diff", "log", "show", "blame", "rev-parse", "ls-files", "ls-tree", "grep", "describe",
     "shortlog", "cat-file", "rev-list", "merge-base", "show-ref", "check-ignore", "check-attr",
     "name-rev", "whatchanged", "reflog", "help", "version", "add", "commit", "fetch", "push",
 })
 # writers whose every operand is a file they change (or remove, or rename)
-ALL_OPERAND_WRITERS = frozenset({
+ALL_OPERAND_WRITERS: Final = frozenset({
     "mv", "rm", "rmdir", "unlink", "shred", "truncate", "touch", "mkdir", "chmod", "chown", "chgrp",
     "chattr", "setfacl", "mkfifo", "mknod", "patch", "srm",
 })
-DEST_WRITERS = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
-_WRITERS = ALL_OPERAND_WRITERS | DEST_WRITERS | {"tee"}
-_TARGET_PROGRAMS = _WRITERS | {"sed", "gsed", "perl", "dd"}  # _write_targets reads their operands
+DEST_WRITERS: Final = frozenset({"cp", "install", "rsync", "scp", "ln", "link"})
+_WRITERS: Final = ALL_OPERAND_WRITERS | DEST_WRITERS | {"tee"}
+_TARGET_PROGRAMS: Final = _WRITERS | {"sed", "gsed", "perl", "dd"}  # _write_targets reads their operands
 # readers that check_command has nothing to judge of but their output options (-o FILE …):
 # not git, find or sort (_is_reader looks at their words), no writer, copier or linker
 _ONLY_READERS = READERS - {"git", "find", "sort", "ln", "link", "cp", "sed", "gsed", "perl", "tee"} \
     - ALL_OPERAND_WRITERS - DEST_WRITERS - _TARGET_PROGRAMS - {"cp", "rsync", "mv", "ditto"}
-INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
-_SHOPT_DOTGLOB = {"dotglob", "globskipdots"}
+INTERPRETERS: Final = re.compile(r"^(python[0-9.]*|perl|ruby|node|php|awk|gawk|mawk|nawk|lua|tclsh|osascript|pwsh)$")
+_SHOPT_DOTGLOB: Final = {"dotglob", "globskipdots"}
 
 
 def _write_targets(argv: tuple[str, ...], program: str | None = None) -> list[str]:
@@ -933,7 +933,7 @@ def _write_targets(argv: tuple[str, ...], program: str | None = None) -> list[st
     return []
 
 
-_T_CLUSTER = re.compile(r"-[A-Za-z]*t")  # -t DIR, or -t last in a cluster (-avt DIR)
+_T_CLUSTER: Final = re.compile(r"-[A-Za-z]*t")  # -t DIR, or -t last in a cluster (-avt DIR)
 
 
 def _in_place(argv: tuple[str, ...]) -> bool:
@@ -966,7 +966,7 @@ def _output_options(argv: tuple[str, ...]) -> list[str]:
     return out
 
 
-_TREE_COPIERS = frozenset({"cp", "rsync", "mv", "ditto"})
+_TREE_COPIERS: Final = frozenset({"cp", "rsync", "mv", "ditto"})
 
 
 def _tree_copy(argv: tuple[str, ...], shell: "_Shell") -> Finding | None:
@@ -1110,9 +1110,9 @@ def _find_deletes_broadly(argv: tuple[str, ...]) -> bool:
                for probe in probes)
 
 
-_ACCEPTS_SETTINGS = re.compile(r"(?is)agent[-_]code\b.*\bsettings\b.*\baccept\b")
-_RUNS_ITSELF = re.compile(r"(?i)agent[-_]code")
-PTY_PROGRAMS = frozenset({"script", "unbuffer", "expect", "socat", "tmux", "screen", "empty", "pty", "ptyrun",
+_ACCEPTS_SETTINGS: Final = re.compile(r"(?is)agent[-_]code\b.*\bsettings\b.*\baccept\b")
+_RUNS_ITSELF: Final = re.compile(r"(?i)agent[-_]code")
+PTY_PROGRAMS: Final = frozenset({"script", "unbuffer", "expect", "socat", "tmux", "screen", "empty", "pty", "ptyrun",
                           "zpty", "faketty"})
 
 
@@ -1252,7 +1252,7 @@ def check_command(analysis: Analysis, places: Places) -> Finding | None:
     return maybe
 
 
-_SETS_TEMP = re.compile(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b")
+_SETS_TEMP: Final = re.compile(r"(?<![$\w{])(TMPDIR|TMP|TEMP)\b")
 _SKIP_REPEATS = True  # check_command's skip of equal commands (test_policy_fastpaths turns it off)
 
 
@@ -1261,7 +1261,7 @@ def _shown(c: Command) -> str:
     return " ".join(c.argv)[:200]
 
 
-MAX_CWDS = 16
+MAX_CWDS: Final = 16
 
 
 def _directories(commands: list[Command], places: Places) -> tuple[tuple[Path, ...], bool]:

@@ -29,23 +29,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple, Sequence, Union
+from typing import Final, NamedTuple, Sequence, Union
 
 import tree_sitter
 
 from agent_code.policy import misreads
-from agent_code.policy.grammar import KIND as _KIND
+from agent_code.policy import grammar
 from agent_code.policy.grammar import Node, parser
 from agent_code.policy.native import mypyc_attr
 
-REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
-PIPES = frozenset({"|", "|&"})
-WRITE_REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+# (Final names of a compiled module are C statics, read without a lookup in the module's
+# dict, most of all this one, read for every node: the policy's modules mark their
+# constants Final for that; an imported name is bound here again to become one)
+_KIND: Final = grammar.KIND
 
-UNKNOWN = "\x01"         # an unquoted expansion: any text, maybe several words
-UNKNOWN_QUOTED = "\x02"  # a quoted expansion: any text, one word
-_PATTERN_SPECIAL = set("*?[]{},~\\")
+REDIRECTIONS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
+PIPES: Final = frozenset({"|", "|&"})
+WRITE_REDIRECTIONS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
+ASSIGNMENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+
+UNKNOWN: Final = "\x01"         # an unquoted expansion: any text, maybe several words
+UNKNOWN_QUOTED: Final = "\x02"  # a quoted expansion: any text, one word
+_PATTERN_SPECIAL: Final = set("*?[]{},~\\")
 
 
 
@@ -73,7 +78,7 @@ class Word(NamedTuple):
         return UNKNOWN in self.pattern or UNKNOWN_QUOTED in self.pattern
 
 
-_tuple_new = tuple.__new__  # _tuple_new(Word, (…)): a Word without NamedTuple's __new__ (a hot path)
+_tuple_new: Final = tuple.__new__  # _tuple_new(Word, (…)): a Word without NamedTuple's __new__ (a hot path)
 
 
 class Simple(NamedTuple):
@@ -120,10 +125,10 @@ class Script:
                              functions=functions, errors=errors)  # frozen, without a setattr per field
 
 
-_SPECIAL_RE = re.compile(r"([*?\[\]{},~\\])")
+_SPECIAL_RE: Final = re.compile(r"([*?\[\]{},~\\])")
 
 
-_ESCAPES = str.maketrans({c: "\\" + c for c in _PATTERN_SPECIAL})
+_ESCAPES: Final = str.maketrans({c: "\\" + c for c in _PATTERN_SPECIAL})
 
 
 def escape(text: str) -> str:
@@ -133,7 +138,7 @@ def escape(text: str) -> str:
 
 # --- quoting --------------------------------------------------------------------------
 
-_ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b",
+_ANSI_C: Final = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b",
            "E": "\x1b", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 
 
@@ -184,42 +189,42 @@ def _unescape_double(raw: str) -> str:
     return _DOUBLE_QUOTED_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), raw)
 
 
-_DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(\n|[$`"\\])')
+_DOUBLE_QUOTED_ESCAPE: Final = re.compile(r'\\(\n|[$`"\\])')
 
 
 # --- tree → model ---------------------------------------------------------------------
 
 
-STATEMENTS = frozenset({
+STATEMENTS: Final = frozenset({
     "command", "pipeline", "list", "redirected_statement", "subshell", "compound_statement", "if_statement",
     "while_statement", "for_statement", "c_style_for_statement", "case_statement", "function_definition",
     "negated_command", "test_command", "declaration_command", "unset_command", "variable_assignment",
     "variable_assignments", "program", "do_group", "else_clause", "elif_clause", "case_item", "ERROR",
 })
-FLATTENED = frozenset({"program", "list", "do_group", "else_clause", "elif_clause", "case_item"})
-COMPOUNDS = {"subshell": "subshell", "compound_statement": "group", "if_statement": "if", "while_statement": "loop",
+FLATTENED: Final = frozenset({"program", "list", "do_group", "else_clause", "elif_clause", "case_item"})
+COMPOUNDS: Final = {"subshell": "subshell", "compound_statement": "group", "if_statement": "if", "while_statement": "loop",
              "for_statement": "loop", "c_style_for_statement": "loop", "case_statement": "case", "ERROR": "error"}
-SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
-EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution",
+SUBSTITUTIONS: Final = frozenset({"command_substitution", "process_substitution"})
+EXPANSIONS: Final = frozenset({"simple_expansion", "expansion", "command_substitution", "process_substitution",
                         "arithmetic_expansion"})
-REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
-_LOOSE_WORDS = frozenset({"word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
+REDIRECT_NODES: Final = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_LOOSE_WORDS: Final = frozenset({"word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
                           "command_substitution", "ansi_c_string", "number"})
-_BRACE_COMMA = re.compile(r"(?<!\\),")
-_PLAIN_PARAMETER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
-_SPACE = re.compile(r"\s")
-_CHANGES_VARIABLES = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
+_BRACE_COMMA: Final = re.compile(r"(?<!\\),")
+_PLAIN_PARAMETER: Final = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+_SPACE: Final = re.compile(r"\s")
+_CHANGES_VARIABLES: Final = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
                                 r"eval|source)\b|^\.\s", re.MULTILINE)
 # the reader gives up (RecursionError, which the analysis reads as opaque) past this many
 # nested containers and word parts: below Python's own limit, so the pure and the compiled
 # form (which has no recursion check of its own) stop at the same line, on any thread's stack
 # (chains, `a && b && …`, are read with a stack: no bound on their length)
-MAX_NESTING = 150
+MAX_NESTING: Final = 150
 # (every match holds a "(" or a "`": two searches for those, much cheaper than the
 # pattern's own scan, spare most texts the pattern)
-_HIDDEN_SUBSTITUTION = re.compile(r"\$\(|`|[<>]\(")
-_INFINITE = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
-_PACING = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
+_HIDDEN_SUBSTITUTION: Final = re.compile(r"\$\(|`|[<>]\(")
+_INFINITE: Final = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
+_PACING: Final = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
 
 
 @lru_cache(maxsize=256)
@@ -869,7 +874,7 @@ class _Reader:
         return " ".join(texts)
 
 
-_BACKQUOTED = re.compile(r"(?<!\\)`((?:[^`\\]|\\.)*)(`|$)", re.DOTALL)
+_BACKQUOTED: Final = re.compile(r"(?<!\\)`((?:[^`\\]|\\.)*)(`|$)", re.DOTALL)
 
 
 def _backquoted(body: str) -> list[Script]:
