@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,34 @@ def test_a_current_build_is_what_runs():
         pytest.skip("no current compiled build here (scripts/setup.sh makes one where a C compiler is)")
     compiled, file = _form()
     assert compiled and file.endswith(".so")
+
+
+@pytest.mark.parametrize("form", ["as built", "pure"])
+def test_each_form_knows_itself_and_builds_its_commands_alike(form):
+    """commands.NATIVE_FORM (how Command and Invocation set their fields) says which form
+    runs; in each, a Command is frozen, equal and hashed by its fields, and replace() gives
+    it the new program."""
+    env = {"AGENT_CODE_PURE_PYTHON": "1"} if form == "pure" else {}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""\
+        import dataclasses, agent_code.policy as p
+        from agent_code.policy import commands as c
+        a = c.analyze("sudo /bin/rm -rf -- / | tee log").commands
+        b = c.Command(("/bin/rm", "-rf", "--", "/"))
+        frozen = False
+        try:
+            b.argv = ()
+        except dataclasses.FrozenInstanceError:
+            frozen = True
+        print(p.NATIVE, c.NATIVE_FORM, hasattr(b, "__dict__"), frozen, [x.program for x in a],
+              a[1] == c.Command(("/bin/rm", "-rf", "--", "/"), patterns=a[1].patterns),
+              len({a[1], c.Command(a[1].argv, patterns=a[1].patterns)}),
+              dataclasses.replace(b, argv=("ls",)).program, c.normalize(b.argv))
+        """)], capture_output=True, text=True, env={**_environment(), **env}, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    native_form = form == "as built" and native.build_matches()
+    assert done.stdout.split(" ", 4)[:4] == [str(native_form), str(native_form), str(not native_form), "True"]
+    assert done.stdout.split(" ", 4)[4] == ("['sudo', 'rm', 'tee'] True 1 ls Invocation(program='rm', "
+                                            "flags=(('-r', None), ('-f', None)), operands=('/',))\n")
 
 
 def test_a_build_that_cannot_load_leaves_the_policy_python(tmp_path):

@@ -36,18 +36,27 @@ import posixpath
 import re
 import shlex
 import sys
+import types
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Sequence
 
 from agent_code.policy.evaluated import flat_text, read_values
-from agent_code.policy.native import mypyc_attr
 from agent_code.policy.runners import STARTUP_NAMES, runs_given_command
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
                                            Word, escape, parse)
 
 MAX_DEPTH: Final = 8
+
+
+def _probe() -> None:
+    """Nothing: the type of a function of this module tells which form runs (below)."""
+
+
+# whether this module runs compiled (scripts/build_native.py): its functions are then built-in
+# functions, and its native classes (Command, Invocation) hold their fields in C slots
+NATIVE_FORM: Final = not isinstance(_probe, types.FunctionType)
 
 
 # --- what runs: unwrapping ------------------------------------------------------------
@@ -171,7 +180,6 @@ def _runs_more(leaf: tuple[str, ...], depth: int, out: Analysis) -> None:
 
 
 
-@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Command:
     """One command that would run. ``wrapper`` names it when it only runs another command
@@ -187,18 +195,29 @@ class Command:
 
     def __init__(self, argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...] = (),
                  wrapper: str | None = None, privileged: bool = False,
-                 sub_programs: frozenset[str] = frozenset(), patterns: tuple[str, ...] = ()) -> None:
-        # what the frozen dataclass's own __init__ does, without a setattr call per field
-        # (an analysis builds one per command; a long line has a hundred)
-        _set_fields(self, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": wrapper,
-                                       "privileged": privileged, "sub_programs": sub_programs,
-                                       "patterns": patterns, "program": program_name(argv[0]) if argv else ""})
+                 sub_programs: frozenset[str] = frozenset(), patterns: tuple[str, ...] = (),
+                 program: str | None = None) -> None:
+        # (``program``: argv[0]'s base name, when the caller knows it; an analysis builds one
+        # Command per command, a long line a hundred)
+        if program is None:
+            program = program_name(argv[0]) if argv else ""
+        if NATIVE_FORM:  # (compiled: a C struct's slots, no __dict__)
+            _set_fields(self, "argv", argv)
+            _set_fields(self, "redirects", redirects)
+            _set_fields(self, "wrapper", wrapper)
+            _set_fields(self, "privileged", privileged)
+            _set_fields(self, "sub_programs", sub_programs)
+            _set_fields(self, "patterns", patterns)
+            _set_fields(self, "program", program)
+        else:  # what the frozen dataclass's own __init__ does, without a setattr call per field
+            _set_fields(self, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": wrapper,
+                                           "privileged": privileged, "sub_programs": sub_programs,
+                                           "patterns": patterns, "program": program})
 
     program: str = dataclasses.field(init=False, repr=False, compare=False)  # argv[0]'s base name
 
 
-_set_fields: Final = object.__setattr__  # a frozen instance's whole __dict__ at once (no setattr per field)
-_new: Final = object.__new__
+_set_fields: Final = object.__setattr__  # a frozen instance's field (or, pure Python, its whole __dict__ at once)
 
 
 @dataclass
@@ -529,9 +548,7 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     if program and program not in _NOT_ORDINARY and "/" not in program and "$" not in program \
             and UNKNOWN not in patterns[0] and UNKNOWN_QUOTED not in patterns[0]:
         # (most commands) an ordinary program under its own name: what _expand_argv comes to
-        ordinary = _new(Command)
-        _set_fields(ordinary, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": None, "privileged": False,
-                                           "sub_programs": sub_programs, "patterns": patterns, "program": program})
+        ordinary = Command(argv, redirects, None, False, sub_programs, patterns, program)
         out.commands.append(ordinary)
         leaf: Command | None = ordinary
     else:
@@ -681,10 +698,7 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
                 shape = (*(shape or tuple(escape(a) for a in leaf)), *_xargs_input(previous).split(" "))
     command = None
     if leaf:
-        command = _new(Command)  # Command(leaf, …) without the keyword handling (it knows the program)
-        _set_fields(command, "__dict__", {"argv": leaf, "redirects": redirects, "wrapper": None,
-                                          "privileged": False, "sub_programs": sub_programs,
-                                          "patterns": shape, "program": program})
+        command = Command(leaf, redirects, None, False, sub_programs, shape, program)
         out.commands.append(command)
         if program in _RUNS_MORE:
             _runs_more(leaf, depth, out)
@@ -852,8 +866,7 @@ VALUE_OPTIONS: Final[dict[str, frozenset[str]]] = {
 }
 
 
-@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Invocation:
     """A command reduced to what it means: ``program``, ``flags`` as ``(name, value)``
     (value None when the flag has none) and ``operands``, in order."""
@@ -861,6 +874,14 @@ class Invocation:
     program: str
     flags: tuple[tuple[str, str | None], ...]
     operands: tuple[str, ...]
+
+    def __init__(self, program: str, flags: tuple[tuple[str, str | None], ...], operands: tuple[str, ...]) -> None:
+        if NATIVE_FORM:  # (as Command's)
+            _set_fields(self, "program", program)
+            _set_fields(self, "flags", flags)
+            _set_fields(self, "operands", operands)
+        else:
+            _set_fields(self, "__dict__", {"program": program, "flags": flags, "operands": operands})
 
     def has_flag(self, name: str) -> bool:
         return any(n == name for n, _ in self.flags)
@@ -957,10 +978,7 @@ def _normalize(argv: tuple[str, ...], paths: bool) -> Invocation:
                 flags.append((aliases.get(flag, flag), None))
         else:
             flags.append((aliases.get(word, word), None))  # -9, -n5, -O2: one flag
-    # Invocation(program, …) without the frozen dataclass's setattr per field (as Command)
-    invocation = _new(Invocation)
-    _set_fields(invocation, "__dict__", {"program": program, "flags": tuple(flags), "operands": tuple(operands)})
-    return invocation
+    return Invocation(program, tuple(flags), tuple(operands))
 
 
 _NO_ALIASES: Final[dict[str, str]] = {}

@@ -9,9 +9,12 @@ difference, or ``AGENT_CODE_PURE_PYTHON`` set, and every module stays pure Pytho
 of old compiled code and edited sources, or of compiled and Python modules). Both forms run
 the same code.
 
-A compiled module calls its own functions directly and checks the declared types of its
-names at run time; the classes whose instances are built or cached through ``__dict__`` stay
-Python classes (``mypyc_attr(native_class=False)`` on them).
+A compiled module calls its own functions directly, reads its ``Final`` names from C statics
+(the policy's modules mark their constants so; a name tests replace stays plain) and checks
+the declared types of its names at run time. Its classes are native (fields in C slots: no
+``__dict__``) unless ``mypyc_attr(native_class=False)`` keeps one a Python class, as for
+those whose instances the pure form builds through ``__dict__``; ``commands.Command`` and
+``Invocation`` are native, and set their fields by the form that runs (``commands.NATIVE_FORM``).
 """
 
 from __future__ import annotations
