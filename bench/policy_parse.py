@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -102,20 +103,25 @@ def command_line(size: int) -> str:
     return "\n".join(parts)
 
 
-def timed(fn, iterations: int, batches: int = 50) -> tuple[float, float]:
-    """Seconds per call over ``iterations`` calls in ``batches`` batches: the median
-    wall-clock time and the least CPU time of a batch (on a shared machine the CPU time of
-    the least disturbed batch is the cost of the code; the wall clock also counts other
-    processes, and even CPU time grows when another process shares the core's caches)."""
+def timed(fns: dict[str, Callable[[], object]], iterations: int, batches: int = 50) -> dict[str, tuple[float, float]]:
+    """Seconds per call of each of ``fns`` over ``iterations`` calls in ``batches`` rounds:
+    the median wall-clock time and the least CPU time of a batch. Each round runs one batch
+    of every function in turn, so a noisy stretch of a shared machine (its neighbours vary
+    the speed of the same code by a fifth from one minute to the next) falls on all of them
+    alike, and the ratios between them hold; the CPU time of the least disturbed batch is
+    what the code costs (the wall clock also counts other processes, and even CPU time grows
+    when another process shares the core's caches)."""
     batch = max(1, iterations // batches)
-    wall, cpu = [], []
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(batches):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(batch):
-            fn()
-        wall.append((time.perf_counter() - start) / batch)
-        cpu.append((time.process_time() - start_cpu) / batch)
-    return statistics.median(wall), min(cpu)
+        for name, fn in fns.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for _ in range(batch):
+                fn()
+            wall[name].append((time.perf_counter() - start) / batch)
+            cpu[name].append((time.process_time() - start_cpu) / batch)
+    return {name: (statistics.median(wall[name]), min(cpu[name])) for name in fns}
 
 
 def main() -> int:
@@ -147,15 +153,15 @@ def main() -> int:
             policy.check(bash, arguments)
         return check
 
-    rows = {
-        "bypass": timed(lambda: bypass.check(bash, arguments), args.iterations),
-        "bypass cold": timed(cold(bypass), args.iterations),
-        "default": timed(lambda: default.check(bash, arguments), args.iterations),
-        "default cold": timed(cold(default), args.iterations),
-        "evaluate": timed(lambda: rules.evaluate(bash, arguments), args.iterations),
-        "parse": timed(lambda: ts.parse(source), args.iterations),
-        "shlex": timed(lambda: shlex.split(line), args.iterations),
-    }
+    rows = timed({
+        "bypass": lambda: bypass.check(bash, arguments),
+        "bypass cold": cold(bypass),
+        "default": lambda: default.check(bash, arguments),
+        "default cold": cold(default),
+        "evaluate": lambda: rules.evaluate(bash, arguments),
+        "parse": lambda: ts.parse(source),
+        "shlex": lambda: shlex.split(line),
+    }, args.iterations)
 
     if args.rows_json:
         print(json.dumps(rows))
@@ -190,14 +196,19 @@ def main() -> int:
         for name in ("bypass", "bypass cold", "default", "default cold"):
             print(f"  {name:13} {pure_rows[name][1] * 1000:9.3f}   {pure_rows[name][1] / rows[name][1]:5.2f}x")
     print(f"typical {args.size // 1024} kB lines (default mode, cold; the same checks):")
-    for name, typical in typical_lines(args.size).items():
-        typical_args = {"command": typical}
+    typical = typical_lines(args.size)
 
-        def check_typical() -> None:
+    def check_typical(text: str) -> Callable[[], None]:
+        typical_args = {"command": text}
+
+        def check() -> None:
             clear_caches()
             default.check(bash, typical_args)
-        wall, cpu = timed(check_typical, args.iterations)
-        print(f"  {name:11} {len(typical):5d} B, {typical.count(chr(10)) + 1:3d} lines: {cpu * 1000:6.3f} ms cpu "
+        return check
+    typical_rows = timed({name: check_typical(text) for name, text in typical.items()}, args.iterations)
+    for name, text in typical.items():
+        wall, cpu = typical_rows[name]
+        print(f"  {name:11} {len(text):5d} B, {text.count(chr(10)) + 1:3d} lines: {cpu * 1000:6.3f} ms cpu "
               f"({cpu / rows['parse'][1]:.1f}x the dense line's bare parse)")
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cpus")
     return 0 if met["bypass cold"] and met["default cold"] else 1

@@ -201,14 +201,15 @@ class Command:
         # Command per command, a long line a hundred)
         if program is None:
             program = program_name(argv[0]) if argv else ""
-        if NATIVE_FORM:  # (compiled: a C struct's slots, no __dict__)
-            _set_fields(self, "argv", argv)
-            _set_fields(self, "redirects", redirects)
-            _set_fields(self, "wrapper", wrapper)
-            _set_fields(self, "privileged", privileged)
-            _set_fields(self, "sub_programs", sub_programs)
-            _set_fields(self, "patterns", patterns)
-            _set_fields(self, "program", program)
+        if NATIVE_FORM:  # (compiled: a C struct's slots, no __dict__; mypyc sets a slot
+            # itself for object.__setattr__ spelled out, where it calls a name holding it)
+            object.__setattr__(self, "argv", argv)
+            object.__setattr__(self, "redirects", redirects)
+            object.__setattr__(self, "wrapper", wrapper)
+            object.__setattr__(self, "privileged", privileged)
+            object.__setattr__(self, "sub_programs", sub_programs)
+            object.__setattr__(self, "patterns", patterns)
+            object.__setattr__(self, "program", program)
         else:  # what the frozen dataclass's own __init__ does, without a setattr call per field
             _set_fields(self, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": wrapper,
                                            "privileged": privileged, "sub_programs": sub_programs,
@@ -877,9 +878,9 @@ class Invocation:
 
     def __init__(self, program: str, flags: tuple[tuple[str, str | None], ...], operands: tuple[str, ...]) -> None:
         if NATIVE_FORM:  # (as Command's)
-            _set_fields(self, "program", program)
-            _set_fields(self, "flags", flags)
-            _set_fields(self, "operands", operands)
+            object.__setattr__(self, "program", program)
+            object.__setattr__(self, "flags", flags)
+            object.__setattr__(self, "operands", operands)
         else:
             _set_fields(self, "__dict__", {"program": program, "flags": flags, "operands": operands})
 
