@@ -217,6 +217,21 @@ class Command:
 
     program: str = dataclasses.field(init=False, repr=False, compare=False)  # argv[0]'s base name
 
+    # what the frozen dataclass would make of its compared fields, written out: a compiled
+    # build compiles these (the dataclass's own are Python functions, 0.5 us a hash), and the
+    # deny list keys its memo by Command (dataclass keeps a class's own __eq__ and __hash__)
+    def _key(self) -> tuple[object, ...]:
+        return (self.argv, self.redirects, self.wrapper, self.privileged, self.sub_programs, self.patterns)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Command)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
 
 _set_fields: Final = object.__setattr__  # a frozen instance's field (or, pure Python, its whole __dict__ at once)
 
