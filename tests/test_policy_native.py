@@ -156,6 +156,13 @@ def test_each_form_knows_itself_and_builds_its_commands_alike(form):
               len({a[1], c.Command(a[1].argv, patterns=a[1].patterns)}) + (b == "rm") + (b == b.argv)
               + (hash(b) != hash((b.argv, (), None, False, frozenset(), ()))),
               dataclasses.replace(b, argv=("ls",)).program, c.normalize(b.argv))
+        import copy, pickle
+        inv = c.normalize(b.argv)
+        for x in (b, a[0], inv):  # copied and pickled alike (a native instance has no __dict__ to copy)
+            for y in (copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+                assert y == x and type(y) is type(x) and repr(y) == repr(x), (x, y)
+                assert getattr(y, "program") == x.program
+
         """)], capture_output=True, text=True, env={**_environment(), **env}, cwd=REPO)
     assert done.returncode == 0, done.stderr
     native_form = form == "as built" and native.build_matches()

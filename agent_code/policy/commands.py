@@ -232,6 +232,11 @@ class Command:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # (copy and pickle: a native instance is rebuilt by its constructor, not from a __dict__)
+        return Command, (self.argv, self.redirects, self.wrapper, self.privileged, self.sub_programs, self.patterns,
+                         self.program)
+
 
 _set_fields: Final = object.__setattr__  # a frozen instance's field (or, pure Python, its whole __dict__ at once)
 
@@ -905,6 +910,9 @@ class Invocation:
             object.__setattr__(self, "operands", operands)
         else:
             _set_fields(self, "__dict__", {"program": program, "flags": flags, "operands": operands})
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return Invocation, (self.program, self.flags, self.operands)  # (as Command's)
 
     def has_flag(self, name: str) -> bool:
         return any(n == name for n, _ in self.flags)

@@ -150,7 +150,7 @@ _set_field: Final = object.__setattr__  # (a frozen dataclass's field, set once 
 
 # --- where the protected places are -------------------------------------------------
 
-@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
+@mypyc_attr(native_class=False)  # (a Python class: tests put a property on it, test_policy_fastpaths)
 @dataclass(frozen=True)
 class Places:
     """The protected places of one project for one user: ``root`` and ``home`` as given,
