@@ -177,3 +177,146 @@ def test_a_chain_of_any_length_is_read_to_its_end(joint):
     assert policy.explain(bash, {"command": chain}).behavior == "allow"
     explained = policy.explain(bash, {"command": chain + joint + "rm -rf /"})
     assert explained.behavior == "deny" and "nested" not in explained.reason, explained.reason
+
+
+# --- the evaluated values' scans (policy/evaluated.py) -------------------------------------------
+# Each of those scans reads from where its construct starts to where it ends, so many starts that
+# share one far end cost the square of the line: 10 kB of these took a quarter of a second to over
+# a second, 64 kB up to a minute, before the scans were costed first (evaluated._scan_cost).
+
+def scan_floods(size: int) -> dict[str, str]:
+    """Lines of about ``size`` bytes whose starts share one far end, for each scan."""
+    n = size // 10
+    return {
+        "declare-sub": "declare a=" + "$(declare b=" * n + "x" + ")" * n,      # _at_words, _bindings
+        "declarers": "declare " + "declare x " * n,
+        "readers": "read " + "read x " * n,                                      # _bindings
+        "lets": "let " + "let x " * n,                                           # _at_words(let)
+        "takers": "unset " + "unset a[1] " * n,                                  # _TAKER_SUBSCRIPT
+        "tests": "test " + "test -v x " * n,                                     # _option_subscript
+        "arithmetic-tests": "[ 1 " + "-eq 1 " * n + "]",                         # -eq … to its separator
+        "nested-parens": "echo $(( " + "(" * (4 * n) + "1" + ")" * (4 * n) + " ))",  # "((" to its ")"
+        "open-parens": "echo $((" + "((" * (4 * n),
+        "subscripts": "echo " + "${a[" * (2 * n) + "1" + "]}" * (2 * n),        # _PLANTED: "[" to "]"
+        "open-brackets": "echo " + "${a[" * (2 * n),
+    }
+
+
+@pytest.fixture
+def scan_work(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list: what the scans of policy/evaluated.py read (words bound, characters
+    matched at command starts, characters of arithmetic found)."""
+    from agent_code.policy import evaluated
+
+    work = [0]
+    bind, at_words, arithmetic = evaluated._bind, evaluated._at_words, evaluated._arithmetic_texts
+
+    def counted_bind(command, words, bound):  # type: ignore[no-untyped-def]
+        work[0] += len(words)
+        return bind(command, words, bound)
+
+    def counted_at_words(text, words, pattern):  # type: ignore[no-untyped-def]
+        found = at_words(text, words, pattern)
+        work[0] += sum(m.end() - m.start() for m in found)
+        return found
+
+    def counted_arithmetic(text):  # type: ignore[no-untyped-def]
+        found = arithmetic(text)
+        work[0] += sum(len(part) for part in found)
+        return found
+
+    monkeypatch.setattr(evaluated, "_bind", counted_bind)
+    monkeypatch.setattr(evaluated, "_at_words", counted_at_words)
+    monkeypatch.setattr(evaluated, "_arithmetic_texts", counted_arithmetic)
+    return work
+
+
+def scans_at(kind: str, work: list[int]) -> dict[int, int]:
+    from agent_code.policy.evaluated import read_values
+
+    out = {}
+    for size in (8000, 32000):
+        work[0] = 0
+        read_values(scan_floods(size)[kind])
+        out[size] = work[0]
+    return out
+
+
+@pytest.mark.pure_python
+@pytest.mark.parametrize("kind", sorted(scan_floods(100)))
+def test_the_evaluated_scans_cost_in_proportion_to_the_line(kind, scan_work):
+    """Four times the line, at most a little over four times the scans' reading; and a long
+    flood is one whose values cannot be followed (asked), found before it is scanned."""
+    from agent_code.policy.evaluated import TOO_TANGLED, read_values
+
+    work = scans_at(kind, scan_work)
+    assert work[32000] <= 4.5 * work[8000] + 1000, f"{kind}: {work} (grows with the square of the line)"
+    assert read_values(scan_floods(64000)[kind]) == (TOO_TANGLED, True)
+
+
+@pytest.mark.pure_python
+@pytest.mark.parametrize("kind", ["declare-sub", "readers", "nested-parens"])
+def test_the_scan_count_sees_the_square_without_the_costing(kind, scan_work, monkeypatch):
+    """The control: with the costing off, the same floods break the bound above."""
+    from agent_code.policy import evaluated
+
+    monkeypatch.setattr(evaluated, "COSTED_LENGTH", 10**9)
+    work = scans_at(kind, scan_work)
+    assert work[8000] > 0 and work[32000] > 4.5 * work[8000] + 1000, work
+
+
+def benign_long_lines() -> dict[str, str]:
+    """Long lines of the shapes a model sends, none of them a flood: they keep every check."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from policy_parse import PIECES
+
+    prose = ("Read the local config for each test, let the worker select a port, then export the "
+             "report [draft] for review; wait for CI (it reads $HOME) before the next step. ") * 160
+    code = "\n".join(f"for i in range({k}):\n    values[{k}] = [x[{k}] for x in rows if x]  # (({k}))"
+                     for k in range(700))
+    return {
+        "script": "\n".join(PIECES * 40),
+        "commit-message": f"git commit -q -m '{prose}'",
+        "python-heredoc": f"python3 - <<'EOF'\n{code}\nEOF",
+        "json": "curl -s -d '" + json.dumps({"rows": [[k, [k, [k]]] for k in range(3000)]}) + "' localhost:8080",
+        "old-arithmetic-lines": "\n".join(f"echo $[{k} + 1] $[{k} * 2]" for k in range(1500)),
+    }
+
+
+@pytest.mark.pure_python
+@pytest.mark.parametrize("kind", sorted(benign_long_lines()))
+def test_long_ordinary_lines_are_read_as_before(kind, monkeypatch):
+    """Past COSTED_LENGTH an ordinary long line (a script, a long commit message, code in a
+    here-document, JSON) is scanned as it was without the costing: the same values, read."""
+    from agent_code.policy import evaluated
+
+    line = benign_long_lines()[kind]
+    assert len(line) > 4 * evaluated.COSTED_LENGTH
+    costed = evaluated.read_values(line)
+    assert costed[0] != evaluated.TOO_TANGLED
+    monkeypatch.setattr(evaluated, "COSTED_LENGTH", 10**9)
+    assert evaluated.read_values(line) == costed
+
+
+@pytest.mark.parametrize("size", [20000, 60000])
+def test_old_arithmetic_nested_past_the_readers_depth_is_not_parsed(size):
+    """tree-sitter-bash does not know `$[…]` and recovers from an error at each level: nested,
+    the square of the depth (8 s for 60 kB). Past MAX_NESTING the line is not parsed: it is as
+    deep as the reader's limit, denied; `$[…]` side by side (any number) is read as before."""
+    bash = default_tools().get("bash")
+    policy = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(echo:*)"]))
+    k = size // 3
+    for line in ("echo " + "$[" * k + "1" + "]" * k, "echo " + "$[" * k, "echo " + "$[a[" * (k // 2)):
+        with pytest.raises(RecursionError):
+            shell_syntax.parse(line)
+        explained = policy.explain(bash, {"command": line})
+        assert explained.behavior == "deny" and "nested" in explained.reason, explained.reason
+    depth = shell_syntax.MAX_NESTING
+    assert shell_syntax.parse("echo " + "$[" * depth + "1" + "]" * depth).pipelines  # up to the limit: read
+    side_by_side = "echo " + " ".join(f"$[{i}]" for i in range(size // 6))
+    assert shell_syntax.parse(side_by_side).pipelines
+    assert policy.explain(bash, {"command": side_by_side}).behavior != "deny"

@@ -26,6 +26,7 @@ by their spelling, which errs towards finding more. Pure functions of the text.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from typing import Final
 
 from agent_code.policy.shell_syntax import _ansi_c
@@ -190,6 +191,8 @@ _IMPLICIT: Final = frozenset({"REPLY", "MAPFILE", "_", "BASH_REMATCH", "OPTARG",
                        "BASH_COMMAND", "READLINE_LINE", "BASH_EXECUTION_STRING"})
 _BINDERS: Final = ("read", "mapfile", "readarray", "getopts", "printf", "wait", "declare", "typeset", "local", "export",
             "readonly", "unset", "for", "select", "coproc")
+# the words whose scans read to the separator after them (_bindings, _at_words): _scan_cost
+_SEGMENT_WORDS: Final = tuple(dict.fromkeys((*_BINDERS, *_DECLARERS, *_NAME_TAKERS, "let")))
 _SEGMENT_END: Final = re.compile(r"[;&|\n]")
 _AFTER_BINDER: Final = (" ", "\t", "<", ">")
 _REDIRECTION_WORD: Final = re.compile(r"[0-9]*(?:<|>)")  # a word that starts a redirection (<<<, 2>, >f …)
@@ -369,9 +372,86 @@ def read_values(text: str, flat: str | None = None) -> tuple[str | None, bool]:
     later command then runs with may differ from what it shows. Environment variables are the
     upper-case names (and the lower-case proxies); a loop's ``f`` is none. Read once."""
     flat = flat_text(text) if flat is None else flat
+    if len(flat) > COSTED_LENGTH and _scan_cost(flat) > _scan_budget(flat):
+        return TOO_TANGLED, True
     bound, why = _bindings(flat)
     binds = why is not None or any(not name.islower() or name in _LOWERCASE_ENVIRONMENT for name in bound)
     return _evaluated_code(flat, why), binds
+
+
+# --- what the scans below cost -----------------------------------------------------------------
+# Each scan reads from where its construct starts to where it ends (a binder or a declaration to
+# the next separator, "((" to its ")", "[" to its "]"), so a line of many starts that share one
+# long end costs the square of its length: 10 kB of `declare a=$(declare b=$(…` or `read read
+# read …` took a quarter to half a second, 13 kB of nested "((" over a second, and 64 kB a
+# minute. For a line past COSTED_LENGTH the scans' reading is added up first, in one pass of
+# its own (linear, but for a sort); past a budget linear in the line, nothing is scanned and the
+# line is one whose values cannot be followed (asked, as any unknown). Up to COSTED_LENGTH
+# the square is bounded (a tenth of a second), and common lines pay nothing for the count.
+
+COSTED_LENGTH = 4096  # (plain, not Final: tests lower it)
+TOO_TANGLED: Final = ("its evaluated values are too tangled to follow (constructs nested or repeated so often that "
+                      "checking them would take too long)")
+_BRACKET_END: Final = re.compile(r"[]\n]")
+
+
+def _scan_budget(text: str) -> int:
+    """Characters the scans may read for ``text``: 64 a character, and 256k whatever the line."""
+    return 64 * len(text) + 262144
+
+
+def _scan_cost(text: str) -> int:
+    """How many characters :func:`_bindings`, :func:`_at_words`, :func:`_option_subscript`,
+    :func:`_arithmetic_texts` and ``_PLANTED`` read in ``text``, within a small factor: from
+    each place a match may start to where its scan stops at the latest (the separator after
+    it, its closing bracket; ``_PLANTED`` reads from each "[" to the next "]" or newline),
+    counted once per place (a declarer is read by three scans and _bindings)."""
+    separators = [m.start() for m in _SEGMENT_END.finditer(text)]
+    end = len(text)
+    cost = 0
+
+    def to_separator(at: int) -> int:
+        i = bisect_left(separators, at)
+        return (separators[i] if i < len(separators) else end) - at
+
+    for word in _SEGMENT_WORDS:  # _bindings, _at_words: after a command's start
+        at = text.find(word)
+        while at >= 0:
+            if at == 0 or text[at - 1] in _COMMAND_START:
+                cost += to_separator(at)
+            at = text.find(word, at + 1)
+    for word in _OPTION_TAKERS:  # _option_subscript: where _OPTION_SUBSCRIPT's start matches
+        at = text.find(word)
+        while at >= 0:
+            after = at + len(word) + (word == "[" and text.startswith("[", at + 1))
+            if (at == 0 or (text[at - 1].isspace() if word == "[" else text[at - 1] not in _NAME_CHARS)) \
+                    and text[after:after + 1].isspace():
+                cost += to_separator(at)
+            at = text.find(word, at + 1)
+    for word in _ARITHMETIC_TESTS:  # _arithmetic_texts: every one, the whole of its segment
+        at = text.find(word)
+        while at >= 0:
+            i = bisect_left(separators, at)
+            cost += (separators[i] if i < len(separators) else end) - (separators[i - 1] if i else 0)
+            at = text.find(word, at + 1)
+    if text.count("((") > 16:  # (up to 16, they read at most 16 lines' length: within the budget)
+        opened: list[int] = []
+        for k, c in enumerate(text):
+            if c == "(":
+                opened.append(k)
+            elif c == ")" and opened:
+                start = opened.pop()
+                if text.startswith("((", start):
+                    cost += k - start
+        cost += sum(end - start for start in opened if text.startswith("((", start))  # never closed
+    if text.count("[") > 16:
+        ends = [m.start() for m in _BRACKET_END.finditer(text)]
+        at = text.find("[")
+        while at >= 0:
+            i = bisect_left(ends, at)
+            cost += (ends[i] if i < len(ends) else end) - at
+            at = text.find("[", at + 1)
+    return cost
 
 
 def _evaluated_code(text: str, dynamic: str | None) -> str | None:

@@ -928,6 +928,12 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
 def parse(text: str) -> Script:
     """The script in ``text``: pipelines of simple and compound commands, every
     substitution opened up, syntax errors listed (see the module doc)."""
+    if "$[" in text and _bracket_depth(text) > MAX_NESTING:
+        # tree-sitter-bash does not know the old arithmetic `$[…]`: nested, it recovers from
+        # an error at each level, which costs the square of the depth (8 s for 60 kB); past
+        # the reader's own limit it is not parsed, and the line is as deep as the reader's
+        # RecursionError says (the analysis reads it as opaque: denied)
+        raise RecursionError(f"brackets nested deeper than {MAX_NESTING} levels")
     source = text.encode("utf-8", "surrogatepass")
     parsed = source
     if text and text[-1] not in "\n\\":
@@ -937,6 +943,22 @@ def parse(text: str) -> Script:
         text += "\n"
         parsed += b"\n"
     return read(parser().parse(parsed), parsed, text, source)
+
+
+_BRACKET: Final = re.compile(r"[][]")
+
+
+def _bracket_depth(text: str) -> int:
+    """How deep ``[`` brackets nest in ``text`` (as written: quotes and escapes not read),
+    a ``]`` closing the last one open."""
+    depth = deepest = 0
+    for m in _BRACKET.finditer(text):
+        if m.group() == "[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest
 
 
 def read(tree: tree_sitter.Tree, parsed: bytes, text: str | None, source: bytes) -> Script:
