@@ -199,6 +199,12 @@ def scan_floods(size: int) -> dict[str, str]:
         "open-parens": "echo $((" + "((" * (4 * n),
         "subscripts": "echo " + "${a[" * (2 * n) + "1" + "]}" * (2 * n),        # _PLANTED: "[" to "]"
         "open-brackets": "echo " + "${a[" * (2 * n),
+        # (an attack review's next ones: openers a line never closes, one a line, which the
+        # searches of `$[…]`, `${a[…]}` and `[…]=` read past each newline to the end)
+        "old-arithmetic-lines": '$""[\n' * (2 * n),
+        "subscript-lines": "${a[\n" * (2 * n),
+        "assigned-lines": "a[\n" * (3 * n) + "]=1",
+        "arithmetic-test-lines": "-eq\n" * (2 * n),
     }
 
 
@@ -251,7 +257,24 @@ def test_the_evaluated_scans_cost_in_proportion_to_the_line(kind, scan_work):
 
     work = scans_at(kind, scan_work)
     assert work[32000] <= 4.5 * work[8000] + 1000, f"{kind}: {work} (grows with the square of the line)"
-    assert read_values(scan_floods(64000)[kind]) == (TOO_TANGLED, True)
+    if kind not in ONE_PASS_FLOODS:
+        assert read_values(scan_floods(64000)[kind]) == (TOO_TANGLED, True)
+
+
+# the floods the one-pass scans read (the costing has nothing to count): read as any line
+ONE_PASS_FLOODS = ("old-arithmetic-lines", "assigned-lines", "arithmetic-test-lines")
+
+
+@pytest.mark.pure_python
+@pytest.mark.parametrize("kind", ONE_PASS_FLOODS)
+def test_floods_of_one_pass_scans_are_read_in_full(kind, monkeypatch):
+    from agent_code.policy import evaluated
+
+    line = scan_floods(64000)[kind]
+    costed = evaluated.read_values(line)
+    assert costed[0] != evaluated.TOO_TANGLED
+    monkeypatch.setattr(evaluated, "COSTED_LENGTH", 10**9)
+    assert evaluated.read_values(line) == costed
 
 
 @pytest.mark.pure_python
@@ -284,6 +307,11 @@ def benign_long_lines() -> dict[str, str]:
         "python-heredoc": f"python3 - <<'EOF'\n{code}\nEOF",
         "json": "curl -s -d '" + json.dumps({"rows": [[k, [k, [k]]] for k in range(3000)]}) + "' localhost:8080",
         "old-arithmetic-lines": "\n".join(f"echo $[{k} + 1] $[{k} * 2]" for k in range(1500)),
+        # (an attack review's: brackets a line never closes, colour codes)
+        "unclosed-brackets": 'echo "' + "ok[1 " * 1500 + '"',
+        "colour-codes": 'printf "' + "\\033[1;32mok\\033[0m " * 300 + '\\n"; echo $(( $[1] + x[1] ))',
+        "colour-heredoc": "cat > c.sh <<'EOF'\n" + "".join(f'echo -e "\\033[0;3{k % 8}m{k}\\033[0m"\n' for k in range(160))
+                          + "EOF\nsed -i 's/\\$[0-9]*//' c.sh",
     }
 
 
@@ -295,7 +323,7 @@ def test_long_ordinary_lines_are_read_as_before(kind, monkeypatch):
     from agent_code.policy import evaluated
 
     line = benign_long_lines()[kind]
-    assert len(line) > 4 * evaluated.COSTED_LENGTH
+    assert len(line) > evaluated.COSTED_LENGTH
     costed = evaluated.read_values(line)
     assert costed[0] != evaluated.TOO_TANGLED
     monkeypatch.setattr(evaluated, "COSTED_LENGTH", 10**9)
@@ -320,3 +348,39 @@ def test_old_arithmetic_nested_past_the_readers_depth_is_not_parsed(size):
     side_by_side = "echo " + " ".join(f"$[{i}]" for i in range(size // 6))
     assert shell_syntax.parse(side_by_side).pipelines
     assert policy.explain(bash, {"command": side_by_side}).behavior != "deny"
+
+
+@pytest.mark.parametrize("line", [
+    "echo $[1] " + "[" * 160 + " x",                                      # one `$[`, many brackets
+    'printf "' + "\\033[1;32mok\\033[0m " * 300 + '"; echo $[1]',
+    benign_long_lines()["colour-heredoc"],
+    "echo $[" + "[" * 20000,
+])
+def test_brackets_beside_old_arithmetic_are_read_as_before(line):
+    """Only `$[` nested in `$[` counts toward the parse's limit: colour codes and other
+    brackets beside one `$[` are parsed and judged as they were (asked, not denied)."""
+    bash = default_tools().get("bash")
+    assert shell_syntax._old_arithmetic_depth(line) <= 1
+    assert shell_syntax.parse(line) is not None
+    assert PermissionPolicy("default").explain(bash, {"command": line}).behavior == "ask"
+
+
+def _regex_forms_corpus() -> list[str]:
+    import random
+
+    rng = random.Random(13)
+    alphabet = ["[", "]", "$[", "$(", "$((", "`", "\n", "=", "+=", "a", " ", "'", '"', "\\", "(", ")", "x[1]", "]="]
+    lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(4000)]
+    return lines + [line for lines_ in (scan_floods(400), benign_long_lines()) for line in lines_.values()]
+
+
+def test_the_one_pass_scans_find_what_their_searches_found():
+    """_planted, _old_arithmetic and _subscripts_assigned read each character a bounded number
+    of times; on random bracket soup and every flood and long line above they give what the
+    regex searches they replace gave."""
+    from agent_code.policy import evaluated
+
+    for text in _regex_forms_corpus():
+        assert evaluated._planted(text) is (evaluated._PLANTED.search(text) is not None), text
+        assert evaluated._old_arithmetic(text) == evaluated._OLD_ARITHMETIC.findall(text), text
+        assert evaluated._subscripts_assigned(text) == evaluated._SUBSCRIPT_ASSIGNED.findall(text), text

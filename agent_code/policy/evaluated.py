@@ -51,7 +51,9 @@ _TAKER_SUBSCRIPT: Final = re.compile(r"(?:read|mapfile|readarray|getopts|unset|d
 _NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 # a planted value: a subscript holding "$(" or "`" (quotes and backslashes may split them;
 # "$((" is arithmetic): any arithmetic in the line may reach it through some variable
-_PLANTED: Final = re.compile(r"\[[^]\n]*(?:\$['\"\\]*\((?!\()|`)")
+_PLANTED: Final = re.compile(r"\[[^]\n]*(?:\$['\"\\]*\((?!\()|`)")  # (searched by _planted)
+_OLD_ARITHMETIC: Final = re.compile(r"\$\[([^]]*)\]")  # $[…] (found by _old_arithmetic)
+_PLANTED_AFTER: Final = re.compile(r"\$['\"\\]*\((?!\()|`")  # _PLANTED after its "[" and the text to its end
 _SUBSTITUTION: Final = re.compile(r"\$\((?!\()|`")  # (not "$((": an arithmetic expansion)
 # substitutions whose output is a number: `… | wc -l` (no file named: wc prints the count
 # alone), `nproc`, `seq` of numbers
@@ -163,27 +165,73 @@ def _arithmetic_texts(text: str) -> list[str]:
         out.append(text[at + 2:i])
         at = text.find("((", at + 2)
     if "$[" in text:
-        out += re.findall(r"\$\[([^]]*)\]", text)
+        out += _old_arithmetic(text)
     if "let" in text:
         out += [m.group(1) for m in _at_words(text, ("let",), _LET)]
+    separators: list[int] | None = None
     for test in _ARITHMETIC_TESTS:  # [[ x -eq y ]], [ x -eq y ], test …: the command's words, to be safe
         at = text.find(test)
         while at >= 0:
-            start = max(text.rfind(";", 0, at), text.rfind("&", 0, at), text.rfind("|", 0, at),
-                        text.rfind("\n", 0, at)) + 1  # (after the last _SEPARATORS before it, else 0)
-            end = _SEPARATORS.search(text, at)
-            out.append(text[start:end.start() if end is not None else len(text)])
+            if separators is None:
+                separators = [m.start() for m in _SEPARATORS.finditer(text)]
+            i = bisect_left(separators, at)  # (the segment around it: after the separator before it)
+            out.append(text[separators[i - 1] + 1 if i else 0:separators[i] if i < len(separators) else len(text)])
             at = text.find(test, at + 1)
     if "${" in text:
         out += _SUBSCRIPT_OR_OFFSET.findall(text)
     if "]=" in text or "]+=" in text:
-        out += _SUBSCRIPT_ASSIGNED.findall(text)
+        out += _subscripts_assigned(text)
     if any(word in text for word in _DECLARERS):  # declare -i x=value, declare +r -i y, declare $o y
         for m in _at_words(text, _DECLARERS, _DECLARATION):
             words = m.group(1).split()
             if any((w[:1] in "-+" and "i" in w) or w.startswith("$") for w in words):
                 out.append(m.group(1))
     return out
+
+
+def _old_arithmetic(text: str) -> list[str]:
+    """``_OLD_ARITHMETIC.findall(text)`` in one pass: that search reads from every "$[" to the
+    end of a line that closes none of them (the square of the line)."""
+    out = []
+    at = text.find("$[")
+    while at >= 0:
+        end = text.find("]", at + 2)
+        if end < 0:  # (nor does any "$[" after it close)
+            break
+        out.append(text[at + 2:end])
+        at = text.find("$[", end + 1)
+    return out
+
+
+def _subscripts_assigned(text: str) -> list[str]:
+    """``_SUBSCRIPT_ASSIGNED.findall(text)`` in one pass: between one "]" and the next, the
+    match can only start at the first "[" (the search itself reads from each of them)."""
+    out = []
+    start = 0
+    close = text.find("]")
+    while close >= 0:
+        after = close + 1
+        if text.startswith("=", after) or text.startswith("+=", after):
+            opened = text.find("[", start, close)
+            if opened >= 0:
+                out.append(text[opened:close + 1])
+        start = after
+        close = text.find("]", after)
+    return out
+
+
+def _planted(text: str) -> bool:
+    """``_PLANTED.search(text) is not None`` in one pass: between one "]" or newline and the
+    next, what follows the first "[" holds what follows any later one (the search itself
+    reads from each "[")."""
+    start = 0
+    for m in _BRACKET_END.finditer(text):
+        opened = text.find("[", start, m.start())
+        if opened >= 0 and _PLANTED_AFTER.search(text, opened + 1, m.start()) is not None:
+            return True
+        start = m.start() + 1
+    opened = text.find("[", start)
+    return opened >= 0 and _PLANTED_AFTER.search(text, opened + 1) is not None
 
 
 # variables commands set without naming them: untrusted wherever arithmetic reads them
@@ -393,6 +441,7 @@ COSTED_LENGTH = 4096  # (plain, not Final: tests lower it)
 TOO_TANGLED: Final = ("its evaluated values are too tangled to follow (constructs nested or repeated so often that "
                       "checking them would take too long)")
 _BRACKET_END: Final = re.compile(r"[]\n]")
+_SUBSCRIPT_START: Final = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)\[")  # _SUBSCRIPT_OR_OFFSET's, to its "["
 
 
 def _scan_budget(text: str) -> int:
@@ -401,11 +450,13 @@ def _scan_budget(text: str) -> int:
 
 
 def _scan_cost(text: str) -> int:
-    """How many characters :func:`_bindings`, :func:`_at_words`, :func:`_option_subscript`,
-    :func:`_arithmetic_texts` and ``_PLANTED`` read in ``text``, within a small factor: from
-    each place a match may start to where its scan stops at the latest (the separator after
-    it, its closing bracket; ``_PLANTED`` reads from each "[" to the next "]" or newline),
-    counted once per place (a declarer is read by three scans and _bindings)."""
+    """How many characters :func:`_bindings`, :func:`_at_words`, :func:`_option_subscript`
+    and :func:`_arithmetic_texts` read in ``text``, within a small factor: from each place a
+    match may start to where its scan stops at the latest (the separator after it, its
+    closing bracket), counted once per place (a declarer is read by three scans and
+    _bindings). The other scans read each character a bounded number of times (``_planted``,
+    ``_old_arithmetic`` and ``_subscripts_assigned`` do in one pass what a regex search did
+    from every "[")."""
     separators = [m.start() for m in _SEGMENT_END.finditer(text)]
     end = len(text)
     cost = 0
@@ -444,13 +495,10 @@ def _scan_cost(text: str) -> int:
                 if text.startswith("((", start):
                     cost += k - start
         cost += sum(end - start for start in opened if text.startswith("((", start))  # never closed
-    if text.count("[") > 16:
-        ends = [m.start() for m in _BRACKET_END.finditer(text)]
-        at = text.find("[")
-        while at >= 0:
-            i = bisect_left(ends, at)
-            cost += (ends[i] if i < len(ends) else end) - at
-            at = text.find("[", at + 1)
+    if "${" in text:  # _SUBSCRIPT_OR_OFFSET: from each `${NAME[` to the next "]"
+        for m in _SUBSCRIPT_START.finditer(text):
+            close = text.find("]", m.end())
+            cost += (close if close >= 0 else end) - m.start()
     return cost
 
 
@@ -477,7 +525,7 @@ def _evaluated_code(text: str, dynamic: str | None) -> str | None:
     arithmetic = _arithmetic_texts(plain)
     if not arithmetic:
         return None
-    if "[" in text and _PLANTED.search(text):
+    if "[" in text and _planted(text):
         return "arithmetic on a value that may hold a subscript with a $(…), which bash runs"
     if any(_SUBSTITUTION.search(part) for part in arithmetic):
         return "arithmetic on the output of a command (a subscript in it would run a $(…))"

@@ -928,12 +928,12 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
 def parse(text: str) -> Script:
     """The script in ``text``: pipelines of simple and compound commands, every
     substitution opened up, syntax errors listed (see the module doc)."""
-    if "$[" in text and _bracket_depth(text) > MAX_NESTING:
+    if "$[" in text and _old_arithmetic_depth(text) > MAX_NESTING:
         # tree-sitter-bash does not know the old arithmetic `$[…]`: nested, it recovers from
         # an error at each level, which costs the square of the depth (8 s for 60 kB); past
         # the reader's own limit it is not parsed, and the line is as deep as the reader's
         # RecursionError says (the analysis reads it as opaque: denied)
-        raise RecursionError(f"brackets nested deeper than {MAX_NESTING} levels")
+        raise RecursionError(f"`$[` nested deeper than {MAX_NESTING} levels")
     source = text.encode("utf-8", "surrogatepass")
     parsed = source
     if text and text[-1] not in "\n\\":
@@ -945,19 +945,24 @@ def parse(text: str) -> Script:
     return read(parser().parse(parsed), parsed, text, source)
 
 
-_BRACKET: Final = re.compile(r"[][]")
+_BRACKET: Final = re.compile(r"\$\[|[][]")
 
 
-def _bracket_depth(text: str) -> int:
-    """How deep ``[`` brackets nest in ``text`` (as written: quotes and escapes not read),
-    a ``]`` closing the last one open."""
-    depth = deepest = 0
+def _old_arithmetic_depth(text: str) -> int:
+    """How many ``$[`` are open at once, at most, in ``text`` (as written: quotes and escapes
+    not read), a ``]`` closing the last bracket open (``$[`` or ``[``)."""
+    open_: list[bool] = []  # per open bracket: whether it is a `$[`
+    arithmetic = deepest = 0
     for m in _BRACKET.finditer(text):
-        if m.group() == "[":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif depth:
-            depth -= 1
+        if m.group() == "]":
+            if open_ and open_.pop():
+                arithmetic -= 1
+        else:
+            old = m.group() == "$["
+            open_.append(old)
+            if old:
+                arithmetic += 1
+                deepest = max(deepest, arithmetic)
     return deepest
 
 
