@@ -109,7 +109,7 @@ _POSITIONAL: Final = re.compile(r"\$\{?[1-9@*]")
 _ARITHMETIC_TESTS: Final = ("-eq", "-ne", "-lt", "-le", "-gt", "-ge")
 _DECLARERS: Final = ("declare", "typeset", "local")  # (export and readonly take no -i or -n)
 _LET: Final = re.compile(r"let\s+([^;&|\n]*)")
-_SEPARATORS: Final = re.compile(r"[;&|\n]")
+_SEPARATORS: Final = re.compile(r"[;&|\n]")  # where a command's segment of the line ends
 _SUBSCRIPT_OR_OFFSET: Final = re.compile(r"\$\{[#!]?(?:" + _NAME + r"|[@*0-9]+)(\[[^]]*\](?::(?![-=+?])[^}]*)?|:(?![-=+?])[^}]*)")
 _SUBSCRIPT_ASSIGNED: Final = re.compile(r"(\[[^]]*\])\+?=")  # a[i]=…, a=([i]=…)
 _DECLARATION: Final = re.compile(r"(?:declare|typeset|local)\s([^;&|\n]*)")
@@ -174,8 +174,8 @@ def _arithmetic_texts(text: str) -> list[str]:
         while at >= 0:
             if separators is None:
                 separators = [m.start() for m in _SEPARATORS.finditer(text)]
-            i = bisect_left(separators, at)  # (the segment around it: after the separator before it)
-            out.append(text[separators[i - 1] + 1 if i else 0:separators[i] if i < len(separators) else len(text)])
+            start, stop = _segment(separators, at, len(text))
+            out.append(text[start:stop])
             at = text.find(test, at + 1)
     if "${" in text:
         out += _SUBSCRIPT_OR_OFFSET.findall(text)
@@ -187,6 +187,13 @@ def _arithmetic_texts(text: str) -> list[str]:
             if any((w[:1] in "-+" and "i" in w) or w.startswith("$") for w in words):
                 out.append(m.group(1))
     return out
+
+
+def _segment(separators: list[int], at: int, length: int) -> tuple[int, int]:
+    """The segment of a line around ``at`` (after the separator before it, up to the one after
+    it), from the line's sorted ``separators`` (``_SEPARATORS``) and its ``length``."""
+    i = bisect_left(separators, at)
+    return (separators[i - 1] + 1 if i else 0), (separators[i] if i < len(separators) else length)
 
 
 def _old_arithmetic(text: str) -> list[str]:
@@ -241,7 +248,6 @@ _BINDERS: Final = ("read", "mapfile", "readarray", "getopts", "printf", "wait", 
             "readonly", "unset", "for", "select", "coproc")
 # the words whose scans read to the separator after them (_bindings, _at_words): _scan_cost
 _SEGMENT_WORDS: Final = tuple(dict.fromkeys((*_BINDERS, *_DECLARERS, *_NAME_TAKERS, "let")))
-_SEGMENT_END: Final = re.compile(r"[;&|\n]")
 _AFTER_BINDER: Final = (" ", "\t", "<", ">")
 _REDIRECTION_WORD: Final = re.compile(r"[0-9]*(?:<|>)")  # a word that starts a redirection (<<<, 2>, >f …)
 _VALUE_OPTIONS: Final = {"read": ("-d", "-i", "-n", "-N", "-p", "-t", "-u"), "mapfile": ("-d", "-n", "-O", "-s", "-u", "-c"),
@@ -260,7 +266,7 @@ def _bindings(text: str) -> tuple[set[str], str | None]:
         while at >= 0:
             # (a blank or a redirection after the name: `read<<<"$v" x` binds x)
             if (at == 0 or text[at - 1] in _COMMAND_START) and text[at + len(word):at + len(word) + 1] in _AFTER_BINDER:
-                end = _SEGMENT_END.search(text, at)
+                end = _SEPARATORS.search(text, at)
                 words = text[at + len(word):end.start() if end is not None else len(text)].split()
                 why = _bind(word, words, bound)
                 if why is not None:
@@ -457,13 +463,12 @@ def _scan_cost(text: str) -> int:
     _bindings). The other scans read each character a bounded number of times (``_planted``,
     ``_old_arithmetic`` and ``_subscripts_assigned`` do in one pass what a regex search did
     from every "[")."""
-    separators = [m.start() for m in _SEGMENT_END.finditer(text)]
+    separators = [m.start() for m in _SEPARATORS.finditer(text)]
     end = len(text)
     cost = 0
 
     def to_separator(at: int) -> int:
-        i = bisect_left(separators, at)
-        return (separators[i] if i < len(separators) else end) - at
+        return _segment(separators, at, end)[1] - at
 
     for word in _SEGMENT_WORDS:  # _bindings, _at_words: after a command's start
         at = text.find(word)
@@ -482,8 +487,8 @@ def _scan_cost(text: str) -> int:
     for word in _ARITHMETIC_TESTS:  # _arithmetic_texts: every one, the whole of its segment
         at = text.find(word)
         while at >= 0:
-            i = bisect_left(separators, at)
-            cost += (separators[i] if i < len(separators) else end) - (separators[i - 1] if i else 0)
+            start, stop = _segment(separators, at, end)
+            cost += stop - start
             at = text.find(word, at + 1)
     if text.count("((") > 16:  # (up to 16, they read at most 16 lines' length: within the budget)
         opened: list[int] = []
