@@ -205,6 +205,10 @@ def scan_floods(size: int) -> dict[str, str]:
         "subscript-lines": "${a[\n" * (2 * n),
         "assigned-lines": "a[\n" * (3 * n) + "]=1",
         "arithmetic-test-lines": "-eq\n" * (2 * n),
+        # the next spellings: the words split by quotes (the scans read the line after quote
+        # removal), and a declarer behind each command start the scans accept
+        "quoted-readers": "read " + "r''ea\"\"d x " * n,
+        "declarers-in-groups": "{ local " + "{ local x " * n,
     }
 
 
@@ -278,7 +282,7 @@ def test_floods_of_one_pass_scans_are_read_in_full(kind, monkeypatch):
 
 
 @pytest.mark.pure_python
-@pytest.mark.parametrize("kind", ["declare-sub", "readers", "nested-parens"])
+@pytest.mark.parametrize("kind", ["declare-sub", "readers", "nested-parens", "quoted-readers", "declarers-in-groups"])
 def test_the_scan_count_sees_the_square_without_the_costing(kind, scan_work, monkeypatch):
     """The control: with the costing off, the same floods break the bound above."""
     from agent_code.policy import evaluated
@@ -384,3 +388,24 @@ def test_the_one_pass_scans_find_what_their_searches_found():
         assert evaluated._planted(text) is (evaluated._PLANTED.search(text) is not None), text
         assert evaluated._old_arithmetic(text) == evaluated._OLD_ARITHMETIC.findall(text), text
         assert evaluated._subscripts_assigned(text) == evaluated._SUBSCRIPT_ASSIGNED.findall(text), text
+
+
+@pytest.mark.parametrize("spelling", [
+    lambda k: 'echo "' + "$[" * k + '1"',                 # in double quotes (bash expands it there)
+    lambda k: "echo $(( " + "$[" * k + "1 ))",            # inside the new arithmetic
+    lambda k: "echo " + "$[$(( " * k,                     # alternating with it
+    lambda k: "bash -c 'echo " + "$[" * k + "'",          # the script of a shell
+    lambda k: "cat <<EOF | bash\n" + "$[" * k + "\nEOF",   # a here-document fed to one
+])
+def test_old_arithmetic_nested_in_other_spellings_is_denied_unparsed(spelling):
+    """The next spellings of nested `$[`: counted as written, so quotes, `$((`, a shell's
+    script or a here-document around them do not hide the depth from the guard."""
+    bash = default_tools().get("bash")
+    line = spelling(4 * shell_syntax.MAX_NESTING)
+    assert shell_syntax._old_arithmetic_depth(line) > shell_syntax.MAX_NESTING
+    with pytest.raises(RecursionError):
+        shell_syntax.parse(line)
+    explained = PermissionPolicy("bypassPermissions", rules=RuleSet.from_lists(allow=["bash(echo:*)", "bash(cat:*)",
+                                                                                       "bash(bash:*)"])).explain(
+        bash, {"command": line})
+    assert explained.behavior == "deny", explained.reason
