@@ -340,7 +340,8 @@ def _print_summary(results: list[Any], paths: dict[str, Path], interrupted: bool
     console.print(table)
     aborted = ", ".join(f"{k} {v}" for k, v in sorted(s["aborted"].items())) or "none"
     console.print(f"solve rate {s['solve_rate']:.0%} ({s['solved']}/{s['rollouts']}) · mean reward {mean_text(s)} · "
-                  f"samples {s['samples']} · rejected paths {s['rejected_paths']} · aborted: {aborted}",
+                  f"samples {s['samples']} · rejected paths {s['rejected_paths']} · aborted: {aborted}"
+                  + (f" ({s['infrastructure']} of the machine's, left out of their groups)" if s["infrastructure"] else ""),
                   markup=False, highlight=False)
     console.print(groups_text(s), markup=False, highlight=False)
     cache = cache_text(s)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TypedDict
 
-from agent_code.rollout.runner import RolloutResult
+from agent_code.rollout.runner import INFRA_ABORTS, RolloutResult
 from agent_code.trajectory.samples import Sample
 from agent_code.trajectory.store import safe_name, write_parquet
 
@@ -142,7 +142,8 @@ def summarize(results: list[RolloutResult]) -> dict[str, Any]:
     return {
         "rollouts": len(results), "solved": solved, "solve_rate": solved / len(results) if results else 0.0,
         "mean_reward": _mean(results), "rewarded": sum(r.reward is not None for r in results),
-        "aborted": dict(aborted), "samples": sum(r.samples for r in results),
+        "aborted": dict(aborted), "infrastructure": sum(n for k, n in aborted.items() if k in INFRA_ABORTS),
+        "samples": sum(r.samples for r in results),
         "turns": sum(r.turns for r in results),
         "rejected_paths": sum(len(r.rejected_paths or ()) for r in results),
         "groups": len(tasks), "groups_solved": sum(t["solved"] > 0 for t in tasks.values()),

@@ -20,7 +20,10 @@ Which rollouts count: a rollout that ended for a reason of the machine, not of t
 (:data:`INFRA_ABORTS`: the sandbox did not boot, the agent could not be launched, the grader
 or the gateway failed, the run was interrupted) says nothing about the policy and is left out
 of its group (``Group.left_out``); any other rollout counts with its reward, 0.0 when it has
-none (say, the budget ran out before anything was graded).
+none (say, the budget ran out before anything was graded). A rollout whose changes broke their
+own grading (``ungradable``: the diff could not be collected, applied or graded while the
+task's baseline grades) is the model's outcome: reward 0, counted like an honest failure, so
+breaking the grader never escapes a negative advantage.
 
 :mod:`agent_code.trajectory.batch` turns the samples into padded arrays or slime-shaped dicts.
 """
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Literal, Sequence, Unpack
 
 from agent_code.rollout.client import GatewayClient
-from agent_code.rollout.runner import RolloutConfig, RolloutResult, rollout_ids, run_rollout
+from agent_code.rollout.runner import INFRA_ABORTS, RolloutConfig, RolloutResult, rollout_ids, run_rollout
 from agent_code.tasks import Task
 from agent_code.trajectory.samples import Sample
 
@@ -44,8 +47,6 @@ if TYPE_CHECKING:   # the gateway is imported when one is started
 
 __all__ = ["Group", "INFRA_ABORTS", "LocalGateway", "local_gateway", "stream_groups"]
 
-# abort reasons that say nothing about the policy: such a rollout is left out of its group
-INFRA_ABORTS = frozenset({"boot", "launch", "grade_error", "gateway", "interrupted"})
 
 
 @dataclass

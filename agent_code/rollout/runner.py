@@ -9,8 +9,15 @@
 
 Nothing here is fatal to a run: a rollout that fails at any step is returned as a
 :class:`RolloutResult` with ``status`` ``"aborted"`` and its ``abort_reason`` (``boot``,
-``launch``, ``budget``, ``agent_crash``, ``empty_trajectory``, ``grade_error``,
-``gateway``, ``interrupted``), and whatever samples it produced. Cancelling :func:`run_all`
+``launch``, ``budget``, ``agent_crash``, ``empty_trajectory``, ``ungradable``, ``grade_error``,
+``gateway``, ``interrupted``), and whatever samples it produced.
+
+Who caused a failure decides whether it counts (:data:`INFRA_ABORTS` in ``groups.py``): anything
+the workspace's content causes is the model's outcome — ``ungradable`` (its changes could not be
+collected, applied or graded, while the task's baseline grades: ``grading.grade_change``) gets
+reward 0 and counts in its group like an honest failure; only what the harness, machine, task
+or gateway causes (``boot``, ``launch``, ``grade_error``, ``gateway``, ``interrupted``) is an
+infrastructure failure, left out of its group and counted apart. Cancelling :func:`run_all`
 (Ctrl-C) stops the rollouts in flight, records them as ``interrupted``, and keeps the rest.
 """
 
@@ -34,8 +41,11 @@ if TYPE_CHECKING:   # tasks is imported where a rollout runs
 
 log = logging.getLogger("agent_code.rollout")
 
-ABORT_REASONS = ("boot", "launch", "budget", "agent_crash", "empty_trajectory", "grade_error", "gateway",
-                 "interrupted")
+ABORT_REASONS = ("boot", "launch", "budget", "agent_crash", "empty_trajectory", "ungradable", "grade_error",
+                 "gateway", "interrupted")
+# the failures of the harness, machine, task or gateway, not of the model: such a rollout says nothing
+# about the policy and is left out of its group (every other one counts, 0.0 when it has no reward)
+INFRA_ABORTS = frozenset({"boot", "launch", "grade_error", "gateway", "interrupted"})
 # exit codes that end a run normally; agent-code exits 3 at --max-steps and Qwen Code 53 at
 # --max-session-turns: an answer, not a crash
 OK_EXIT_CODES = {"agent-code": (0, 3), "qwen-code": (0, 53)}
@@ -48,7 +58,8 @@ class RolloutConfig:
     samples_per_task: int = 1
     concurrency: int = 1
     budget: float = 600.0             # seconds for the agent (a task's own ``timeout`` wins)
-    grade_timeout: float = 300.0
+    grade_timeout: float = 300.0      # the grader's test run; past it the change is ungradable (reward 0)
+    max_diff_bytes: int = 16 * 1024 * 1024   # a larger diff is ungradable (reward 0), never read whole
     partial: bool = False             # reward = fraction of listed tests passing
     model: str = "agent-code-local"
     max_steps: int = 30               # for agents with a step cap (agent-code)
@@ -130,7 +141,7 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
     """Run sample ``k`` of ``task`` against the gateway behind ``client``; never raises for a
     failed rollout (only for cancellation, after cleaning up). ``ids`` (rollout id, session id)
     are minted here unless the caller did, so that it can name the session if the rollout dies."""
-    from agent_code.tasks import collect_diff, grade, prepare_workspace
+    from agent_code.tasks import DiffError, collect_diff, grade_change, prepare_workspace
 
     rollout_id, session_id = ids or rollout_ids(task.id, k)
     result = RolloutResult(rollout_id, task.id, k, session_id, config.agent)
@@ -179,7 +190,10 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
                 result.abort("agent_crash", f"the agent exited with code {run.exit_code}: "
                                               f"{(run.stderr.strip() or run.log)[-500:]}")
             try:
-                result.diff = await collect_diff(box)
+                result.diff = await collect_diff(box, max_bytes=config.max_diff_bytes)
+            except DiffError as exc:   # what the agent left cannot be read as a diff: its own outcome
+                result.reward, result.applied_cleanly = 0.0, False
+                result.abort("ungradable", f"the agent's changes could not be collected: {exc}")
             except Exception as exc:
                 result.abort("grade_error", f"collecting the diff failed: {exc}")
             result.diff_bytes = len(result.diff.encode())
@@ -191,16 +205,17 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
             pass
         clock.lap("teardown")
 
-    if result.abort_reason not in ("boot", "launch") and run is not None:
+    collected = result.abort_reason not in ("boot", "launch", "grade_error") and result.reward is None
+    if collected and run is not None:
         try:
-            verdict = await grade(task, result.diff, lambda: create_sandbox(config.sandbox, **sandbox_options),
-                                  partial=config.partial)
+            verdict = await grade_change(task, result.diff, lambda: create_sandbox(config.sandbox, **sandbox_options),
+                                         partial=config.partial, timeout=config.grade_timeout)
             result.reward, result.applied_cleanly = verdict.reward, verdict.applied_cleanly
             result.tests_passed, result.tests_failed = list(verdict.passed), list(verdict.failed)
             result.rejected_paths = list(verdict.rejected_paths)
-            if verdict.error:
-                result.abort("grade_error", verdict.error)
-        except Exception as exc:
+            if verdict.ungradable:    # the change's outcome: reward 0, counted
+                result.abort("ungradable", verdict.error)
+        except Exception as exc:      # the task's or the machine's (grade_change's control failed too)
             result.abort("grade_error", f"{type(exc).__name__}: {exc}")
         clock.lap("grade")
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_code.tasks.grading import Grade, grade, parse_test_results
+from agent_code.tasks.grading import Grade, grade, grade_change, parse_test_results
 from agent_code.tasks.task import DEFAULT_TEST_FILES, Task, TaskError, load_tasks
-from agent_code.tasks.workspace import (BASELINE_REF, Workspace, clear_snapshot_cache, collect_diff,
+from agent_code.tasks.workspace import (BASELINE_REF, DiffError, Workspace, clear_snapshot_cache, collect_diff,
                                         prepare_workspace, snapshot)
 
-__all__ = ["BASELINE_REF", "DEFAULT_TEST_FILES", "Grade", "Task", "TaskError", "Workspace", "bundled_tasks_path",
-           "clear_snapshot_cache", "collect_diff", "grade", "load_tasks", "parse_test_results",
+__all__ = ["BASELINE_REF", "DEFAULT_TEST_FILES", "DiffError", "Grade", "Task", "TaskError", "Workspace",
+           "bundled_tasks_path", "clear_snapshot_cache", "collect_diff", "grade", "grade_change", "load_tasks", "parse_test_results",
            "prepare_workspace", "snapshot"]
 
 

@@ -30,22 +30,30 @@ Steps, each in a sandbox that never saw the agent run:
      lines: ``python -m pytest -rA``. The reward is 1 when every id passes (0 otherwise), or with
      ``partial=True`` the fraction that pass.
 
-What the diff can cause (it does not apply, the tests time out, a hidden test patch no longer
-applies over it) comes back as a :class:`Grade` with reward 0 and ``error`` set. What it cannot
-(the sandbox fails, the task's own setup fails before the diff is applied) is raised —
-:class:`TaskError` or ``SandboxError`` — so a broken task or machine is never recorded as a
-zero-reward sample.
+What the diff certainly caused (it does not apply, a refused change cannot be put back, the
+tests time out) comes back from :func:`grade` as a :class:`Grade` with reward 0 and ``error``
+set. Anything else that stops grading is raised (:class:`TaskError`, ``SandboxError``, or any
+other exception). :func:`grade_change` — what the rollout runner calls — then decides who
+caused it, by one rule: **anything the workspace's content causes is the model's outcome**
+(reward 0, counted in its group) and only what the harness, machine or task causes is an
+infrastructure failure. It grades the task's baseline (the empty diff) in another fresh
+sandbox as a control: when that grades, the machine and the task work and the failure was the
+change's (a :class:`Grade` with reward 0, ``error`` saying what failed, ``ungradable`` set);
+when the control fails too, the original error is raised, and the caller records an
+infrastructure failure — so a broken task or machine is never a zero-reward sample, and a
+change that breaks its own grading never escapes its zero.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import posixpath
 import re
 import shlex
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
 from agent_code.tasks import evidence, guard, protected
@@ -74,6 +82,7 @@ class Grade:
     error: str | None = None
     rejected_paths: list[str] = field(default_factory=list)    # the agent's changes the grader refused
     rejected_rules: dict[str, str] = field(default_factory=dict)   # path -> the rule that refused it
+    ungradable: bool = False     # the change could not be graded (``error`` says why): reward 0, its own outcome
 
 
 # --- the agent's change, minus what it may not touch ----------------------------------------
@@ -369,7 +378,7 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
              failed: list[str] | None = None, output: str = "", error: str | None = None,
              refused: Mapping[str, str] | None = None) -> Grade:
         return Grade(reward, applied, passed or [], failed or [], output, time.monotonic() - start, error,
-                     sorted(refused or {}), dict(refused or {}))
+                     sorted(refused or {}), dict(refused or {}), ungradable=error is not None)
 
     async with make_sandbox() as box:
         workspace = await prepare_workspace(box, task, env=env, setup_timeout=setup_timeout, write_problem=False)
@@ -382,14 +391,14 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
                 if failed is not None:
                     return done(0.0, applied=False, failed=list(task.tests), output=failed.output(OUTPUT_LIMIT),
                                 error="the diff does not apply to the task's repository")
-            if task.test_patch:
-                hidden = f"{box.home}/test.patch"
-                await box.write_file(hidden, task.test_patch, user="agent")
-                await run_step(box, f"git apply --whitespace=nowarn {shlex.quote(hidden)}",
-                               "applying the task's test_patch", user="agent")
         except TaskError as exc:
             return done(0.0, failed=list(task.tests), output=str(exc)[-OUTPUT_LIMIT:], error=str(exc).split("\n")[0],
                         refused=refused)
+        if task.test_patch:   # raises: a test patch that does not apply may be the task's own fault (grade_change)
+            hidden = f"{box.home}/test.patch"
+            await box.write_file(hidden, task.test_patch, user="agent")
+            await run_step(box, f"git apply --whitespace=nowarn {shlex.quote(hidden)}",
+                           "applying the task's test_patch", user="agent")
 
         command = task.eval_cmd or build_test_command(task.test_cmd or "", task.tests)
         boot = f"{box.home}/.agent-code-grader"
@@ -411,3 +420,28 @@ async def grade(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], *, p
         else:
             reward = 0.0 if failed_ids else 1.0
         return done(reward, passed=passed, failed=failed_ids, output=output, refused=refused)
+
+
+async def grade_change(task: Task, diff: str, make_sandbox: Callable[[], Sandbox], **options: Any) -> Grade:
+    """:func:`grade` with the blame settled (the module doc's rule): returns a :class:`Grade`
+    for everything the change causes — reward 0 with ``error`` and ``ungradable`` when grading
+    it failed but the control (the task's baseline, graded in a fresh sandbox) grades — and
+    raises only what the task or the machine causes (the control failed as well)."""
+    try:
+        return await grade(task, diff, make_sandbox, **options)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:   # noqa: BLE001  (whatever it was, the control decides whose it is)
+        failure = exc
+    if not diff.strip():
+        raise failure                      # the baseline itself does not grade: the task's or the machine's
+    try:
+        control = await grade(task, "", make_sandbox, **options)
+    except asyncio.CancelledError:
+        raise
+    except Exception:                      # noqa: BLE001
+        raise failure from None            # the machine or the task: not this change
+    first = str(failure).strip().split("\n")[0] or type(failure).__name__
+    # the control graded (whatever its reward): the machine and the task work, the change did this
+    return Grade(0.0, False, [], list(task.tests), str(failure)[-OUTPUT_LIMIT:], control.duration,
+                 f"grading this change failed where the task's baseline grades: {first}", ungradable=True)

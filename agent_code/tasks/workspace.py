@@ -60,6 +60,9 @@ JUNK_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".
 JUNK_SUFFIXES = (".pyc", ".pyo")
 EXCLUDES = "__pycache__/\n*.py[co]\n.pytest_cache/\n.mypy_cache/\n.ruff_cache/\n"
 PRESETUP_REF = "refs/tags/agent-code-presetup"      # the repository before the task's setup ran
+# root's copy of the baseline's .git (root's home: the agent user cannot read or write it)
+PRISTINE_GIT = '"$HOME/.agent-code-baseline.git"'
+MAX_DIFF_BYTES = 16 * 1024 * 1024                   # a larger diff is the agent's outcome, not graded
 # The one way a diff is written, whatever the repo's config says.
 DIFF_FLAGS = ("--binary --full-index --no-renames --no-color --no-ext-diff --no-textconv "
               "--src-prefix=a/ --dst-prefix=b/")
@@ -247,8 +250,11 @@ async def prepare_workspace(box: Sandbox, task: Task, *, env: Mapping[str, str] 
                    f" && git tag -f {BASELINE_REF.removeprefix('refs/tags/')} >/dev/null",
                    "recording the baseline")
     baseline = (await run_step(box, "git rev-parse HEAD", "reading the baseline")).stdout.strip()
-    ids = (await run_step(box, "id -u && id -g", "finding the agent user", user="agent")).stdout.split()
-    await run_step(box, f"chown -R {int(ids[0])}:{int(ids[1])} .", "handing the workspace to the agent user")
+    # the harness's own copy of the repository's git metadata, where the agent user cannot reach it:
+    # collect_diff puts it back, so nothing the agent does to .git decides whether its diff is read
+    await run_step(box, f'rm -rf {PRISTINE_GIT} && cp -a .git {PRISTINE_GIT}', "keeping the pristine git metadata")
+    uid, gid = await _agent_ids(box)
+    await run_step(box, f"chown -R {uid}:{gid} .", "handing the workspace to the agent user")
     problem_path = None
     if write_problem:
         problem_path = f"{box.home}/{PROBLEM_FILE}"
@@ -256,11 +262,61 @@ async def prepare_workspace(box: Sandbox, task: Task, *, env: Mapping[str, str] 
     return Workspace(box.workdir, baseline, problem_path)
 
 
-async def collect_diff(box: Sandbox, baseline: str | None = None, *, timeout: float = 120) -> str:
+async def _agent_ids(box: Sandbox) -> tuple[int, int]:
+    ids = (await run_step(box, "id -u && id -g", "finding the agent user", user="agent")).stdout.split()
+    return int(ids[0]), int(ids[1])
+
+
+class DiffError(TaskError):
+    """What the agent left in its workspace cannot be read as a diff (too large, unreadable,
+    unstageable): the agent's own outcome, never the machine's."""
+
+
+async def collect_diff(box: Sandbox, baseline: str | None = None, *, timeout: float = 120,
+                       max_bytes: int = MAX_DIFF_BYTES) -> str:
     """Everything the agent changed since the baseline — edits, new files, deletions, binary
     files, mode changes — as one ``git apply``-able diff ('' when nothing changed). Stages with
-    ``git add -A`` (as the agent user), so ignored files are not part of it."""
+    ``git add -A`` (as the agent user), so ignored files are not part of it, unless the agent
+    force-added them (``git add -f``: read off its index, when it left a readable one).
+
+    The agent's workspace is read as the agent left it, but never through state it could
+    have broken: first (as root) every process of the agent user still running is killed (a
+    daemon holding ``index.lock``; the local sandbox ends them with each command), the
+    harness's pristine ``.git`` (kept by :func:`prepare_workspace` outside the agent's reach) replaces whatever ``.git`` the agent
+    left — deleted, corrupted, locked, re-configured, turned into a link — and the tree is given
+    back to the agent user, readable (an agent that ``chmod 000`` its files). What still fails
+    then (a diff over ``max_bytes``, a file git cannot stage, a tree too big to stage in
+    ``timeout``) is caused by the workspace's content: :class:`DiffError`. A sandbox that cannot
+    be used at all raises its own ``SandboxError``."""
+    uid, gid = await _agent_ids(box)
+    # the local sandbox's PID namespaces end every agent process with its command (and without
+    # isolation the agent is this user: nothing to stop); a container may keep a daemon running
+    stop = "" if box.name == "local" else f"pkill -KILL -U {uid} 2>/dev/null; "
+    restore = (f"{stop}if [ -d {PRISTINE_GIT} ]; then rm -rf .git && cp -a {PRISTINE_GIT} .git; fi"
+               f" && chown -hR {uid}:{gid} . && chmod -R u+rwX .")
     ref = shlex.quote(baseline or BASELINE_REF)
-    result = await run_step(box, f"git add -A && git diff --cached {DIFF_FLAGS} {ref} --",
-                            "collecting the agent's diff", user="agent", timeout=timeout)
+    out, forced = f"{box.home}/.agent-code-diff", f"{box.home}/.agent-code-forced"
+    q = shlex.quote
+    # the ignored files the agent force-added (``git add -f``) are part of its change: listed from
+    # its own index, as the agent user, before that index goes (a broken one lists nothing)
+    await box.exec(f"rm -f {q(forced)}; git ls-files -z --cached --ignored --exclude-standard 2>/dev/null"
+                   f" | head -c 1000000 > {q(forced)}", user="agent", env=GIT_ENV, timeout=timeout, cwd=box.workdir)
+    try:
+        await run_step(box, restore, "restoring the pristine git metadata", timeout=timeout)
+    except TaskError as exc:
+        raise DiffError(str(exc)) from None
+    add_forced = (f"if [ -s {q(forced)} ]; then git --literal-pathspecs add -f --pathspec-from-file={q(forced)}"
+                  " --pathspec-file-nul >/dev/null 2>&1; fi; ")
+    result = await box.exec(f"rm -f {q(out)} && git add -A && {{ {add_forced}true; }} && git diff --cached {DIFF_FLAGS} {ref} -- > {q(out)}"
+                            f" && size=$(wc -c < {q(out)}) && if [ $size -gt {int(max_bytes)} ];"
+                            f" then echo \"the diff is $size bytes, over the limit of {int(max_bytes)}\" >&2; exit 3; fi"
+                            f" && cat {q(out)} && rm -f {q(out)}",
+                            user="agent", env=GIT_ENV, timeout=timeout, cwd=box.workdir)
+    if result.timed_out:
+        raise DiffError(f"staging the workspace took over {timeout:g}s")
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        raise DiffError(f"git could not read the workspace: {last[:500]}" if result.exit_code != 3 else last)
+    if getattr(result, "truncated", False):
+        raise DiffError(f"the diff was cut off while it was read (over {max_bytes} bytes)")
     return result.stdout
