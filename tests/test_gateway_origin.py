@@ -245,3 +245,35 @@ def test_the_pure_decisions() -> None:
     assert content_type_refusal("POST", {"content-length": "0"}) is None
     assert content_type_refusal("POST", {"transfer-encoding": "chunked"}) is not None
     assert content_type_refusal("GET", {}) is None
+
+
+def test_serve_serves_its_allowed_hosts_only() -> None:
+    """``agent-code serve --allowed-host NAME`` as users run it (a real process)."""
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+    from gateway_fixtures import serve_process
+
+    with serve_process("--engine", "instant", "--allowed-host", "gw.example", "--max-session-requests", "2") as (url, _):
+        ok = httpx.post(f"{url}/v1/messages", json=MESSAGE, headers={"host": "gw.example"})
+        local = httpx.post(f"{url.replace('127.0.0.1', 'localhost')}/v1/messages", json=MESSAGE)
+        evil = httpx.post(f"{url}/v1/messages", json=MESSAGE, headers={"host": "evil.example"})
+        form = httpx.post(f"{url}/v1/admin/pause", data={"mode": "reject"})
+    assert ok.status_code == 200 and local.status_code == 200, (ok.text, local.text)
+    check_refused(evil, 403, "anthropic")
+    check_refused(form, 415, "anthropic")
+    bad = subprocess.run([sys.executable, "-m", "agent_code", "serve", "--allowed-host", "gw.example:80",
+                          "--engine", "instant"], env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--allowed-host" in bad.stderr
+
+
+def test_an_e2b_tunnels_name_is_served_by_the_rollouts_gateway(monkeypatch) -> None:
+    from agent_code.sandbox.e2b import GATEWAY_ENV, tunnel_hosts
+
+    monkeypatch.setenv(GATEWAY_ENV, "https://Abc.trycloudflare.example/")
+    assert tunnel_hosts() == ["abc.trycloudflare.example"]
+    monkeypatch.setenv(GATEWAY_ENV, "http://203.0.113.5:8765")
+    assert tunnel_hosts() == []
+    monkeypatch.delenv(GATEWAY_ENV)
+    assert tunnel_hosts() == []
