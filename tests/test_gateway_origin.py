@@ -277,3 +277,37 @@ def test_an_e2b_tunnels_name_is_served_by_the_rollouts_gateway(monkeypatch) -> N
     assert tunnel_hosts() == []
     monkeypatch.delenv(GATEWAY_ENV)
     assert tunnel_hosts() == []
+
+
+@pytest.mark.parametrize("bound, names", [("127.0.0.1", []), ("0.0.0.0", []), ("::", []), ("[::1]", []),
+                                          ("localhost", []), ("gpu-node-3", ["gpu-node-3"])])
+def test_serve_serves_the_name_it_binds(bound, names) -> None:
+    from agent_code.gateway.request_guard import served_names
+
+    assert served_names(bound, ["proxy.example"]) == [*names, "proxy.example"]
+
+
+def test_an_agent_in_the_sandbox_reaches_the_gateway_through_its_relay(served) -> None:
+    """The local sandbox's relay: the agent's URL is ``127.0.0.1:PORT`` (or ``localhost:PORT``) in its
+    own network namespace; the gateway serves it, and still refuses a form post from in there."""
+    import asyncio
+
+    from agent_code.sandbox.local import LocalSandbox, isolation_available
+
+    if not isolation_available():
+        pytest.skip("sandbox isolation needs root with unshare")
+    url, _ = served
+    post = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-H", "x-api-key: relay"]
+
+    async def go() -> list[str]:
+        async with LocalSandbox() as box:
+            inside = await box.expose_gateway(url)
+            codes = []
+            for base in (inside, inside.replace("127.0.0.1", "localhost")):
+                for extra in (["-H", "content-type: application/json", "--data-binary", '{"model":"m","max_tokens":8,'
+                               '"messages":[{"role":"user","content":"hi"}]}'], ["-d", "mode=reject"]):
+                    result = await box.exec([*post, *extra, base + "/v1/messages"], user="agent", timeout=60)
+                    codes.append(result.stdout.strip())
+            return codes
+
+    assert asyncio.run(go()) == ["200", "415", "200", "415"]

@@ -56,9 +56,12 @@ def allowed_names(names: Iterable[str]) -> frozenset[str]:
 def served_names(bound: str, extra: Iterable[str]) -> list[str]:
     """The names a server bound to ``bound`` serves besides localhost and IP literals: ``bound``
     itself when it is a name, and ``extra``."""
-    bound = bound.strip()
-    own = [] if not bound or bound.lower() == "localhost" or _is_ip_literal(bound) \
-        or _is_ip_literal(f"[{bound.strip('[]')}]") else [bound]
+    name = bound.strip().strip("[]")
+    try:
+        ipaddress.ip_address(name)
+        own = []
+    except ValueError:
+        own = [] if name.lower() in ("", "localhost") else [name]
     return [*own, *extra]
 
 
@@ -66,7 +69,7 @@ def _split_host(host: str) -> tuple[str, str] | None:
     """``Host`` → (host name or literal, port text); None when malformed."""
     if host.startswith("["):
         literal, end, rest = host[1:].partition("]")
-        if not end or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+        if not end or (rest and not (rest.startswith(":") and rest[1:].isdigit() and rest.isascii())):
             return None
         return f"[{literal}]", rest[1:]
     name, colon, port = host.partition(":")
