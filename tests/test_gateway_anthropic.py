@@ -192,7 +192,8 @@ def test_the_seeds_worked_example_without_a_model_is_served(tmp_path):
     """A gateway serves one model: a body without ``model`` gets it (JSON and SSE alike)."""
     renderer = qwen25_renderer()
     with scripted_gateway(tmp_path, [{"text": "这是一个学习项目。"}] * 2, renderer) as (url, gw):
-        plain = httpx.post(url + "/v1/messages", content=SEED_EXAMPLE.encode(), headers={"x-api-key": "seed"})
+        plain = httpx.post(url + "/v1/messages", content=SEED_EXAMPLE.encode(),
+                           headers={"x-api-key": "seed", "content-type": "application/json"})
         body = dict(json.loads(SEED_EXAMPLE), stream=True)
         with httpx.stream("POST", url + "/v1/messages", json=body, headers={"x-api-key": "seed-sse"}) as r:
             status, events = r.status_code, [line for line in r.iter_lines() if line.startswith("data: ")]

@@ -25,7 +25,8 @@ def test_a_10_mb_request_does_not_hold_up_healthz_or_another_session(tmp_path):
 
         def send_big() -> None:
             started = time.perf_counter()
-            r = httpx.post(f"{url}/v1/messages", content=big_body, headers={"x-api-key": "big"}, timeout=300)
+            r = httpx.post(f"{url}/v1/messages", content=big_body, headers={"x-api-key": "big", "content-type": "application/json"},
+                           timeout=300)
             big.update(status=r.status_code, text=r.json()["content"][0]["text"] if r.status_code == 200 else r.text,
                        seconds=time.perf_counter() - started)
 

@@ -315,7 +315,9 @@ class _gateway:
         gateway = await asyncio.to_thread(build_gateway, trajectory_dir=str(self.out_dir / "trajectories"),
                                           open_on_first_use=False, **self.options)
         self.box["renderer"] = gateway.renderer
-        self.server = BackgroundServer(create_app(gateway, admin_token=self.admin_token))
+        from agent_code.sandbox.e2b import tunnel_hosts
+
+        self.server = BackgroundServer(create_app(gateway, admin_token=self.admin_token, allowed_hosts=tunnel_hosts()))
         self.server.__enter__()
         return self.server.url
 

@@ -9,7 +9,12 @@ developer's ``agent-code --local`` relies on. ``--sessions explicit`` serves onl
 opened with ``POST /v1/sessions`` (unknown keys get 401 in the protocol's format); it needs an
 admin token, loopback or not, and is what a gateway that rollouts use (``rollout --gateway
 URL``) should run. Either way a finished or deleted session is never reopened (409), also after
-a restart on the same ``--trajectory-dir``."""
+a restart on the same ``--trajectory-dir``.
+
+Only requests for this gateway's own host are served (DNS rebinding; :mod:`agent_code.gateway.request_guard`):
+``localhost``, IP literals, the name ``--host`` binds, and each ``--allowed-host NAME`` (a reverse
+proxy's or tunnel's public name). ``--max-session-requests`` caps the requests one session (API key)
+has open at once (:mod:`agent_code.gateway.connections`)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from typing import Any, Optional
 import typer
 
 from agent_code.engines import ENGINE_SPECS
+from agent_code.gateway.connections import DEFAULT_SESSION_REQUESTS
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -109,6 +115,13 @@ def serve(
     max_requests: int = typer.Option(512, "--max-requests", min=1,
                                      help="Requests answered at once; past it a 503 in the protocol's error "
                                           "format, with retry-after."),
+    max_session_requests: int = typer.Option(DEFAULT_SESSION_REQUESTS, "--max-session-requests", min=1,
+                                             help="Requests one session (API key) has open at once; past it "
+                                                  "its requests get 429 while other sessions keep their slots."),
+    allowed_host: Optional[list[str]] = typer.Option(None, "--allowed-host",
+                                                     help="A host name (no port) served besides localhost, IP "
+                                                          "literals and --host; repeatable. Requests naming "
+                                                          "any other Host are refused (DNS rebinding)."),
 ) -> None:
     """Serve the Anthropic Messages API (POST /v1/messages), the OpenAI Chat Completions API
     (POST /v1/chat/completions) and the OpenAI Responses API (POST /v1/responses) in front of a
@@ -121,6 +134,7 @@ def serve(
     from agent_code.gateway.app import create_app
     from agent_code.gateway.auth import bind_problem
     from agent_code.gateway.connections import ConnectionLimits, raise_fd_limit, uvicorn_config
+    from agent_code.gateway.request_guard import allowed_names, served_names
     from agent_code.gateway.server import build_gateway, settle_heap
     from agent_code.gateway.starting import StartingApp
 
@@ -130,6 +144,10 @@ def serve(
     if problem is None and mode == "explicit" and not admin_token:
         problem = ("--sessions explicit needs an admin token (--admin-token TOKEN or AGENT_CODE_ADMIN_TOKEN): "
                    "without one, any agent could finish its own session with the reward it likes")
+    try:
+        hosts = allowed_names(served_names(host, allowed_host or []))
+    except ValueError as exc:
+        problem = problem or f"--allowed-host: {exc}"
     if problem is not None:
         print(f"agent-code serve: error: {problem}", file=sys.stderr)
         raise typer.Exit(2)
@@ -149,7 +167,8 @@ def serve(
                                 trajectory_dir=trajectory_dir, reward_policy=rewards,
                                 max_sessions=max_sessions, max_in_flight=max_in_flight,
                                 open_on_first_use=mode == "auto", weight_version=weight_version)
-        app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token)
+        app_ = create_app(gateway, max_body_bytes=int(max_body_mb * 1024 * 1024), admin_token=admin_token,
+                          allowed_hosts=hosts, max_session_requests=max_session_requests)
         print(f"agent-code gateway: engine {gateway.engine.name}, model {model_name}, "
               f"parsers {gateway.tool_parser}/{gateway.reasoning_parser}; listening on {url} "
               f"(Anthropic /v1/messages, OpenAI /v1/chat/completions and /v1/responses); "

@@ -23,6 +23,22 @@ class EngineError(Exception):
     """The engine failed (unreachable, crashed, returned malformed data)."""
 
 
+class EngineRequestError(EngineError):
+    """The engine answered, refusing this one request for what it holds (a prompt longer than the
+    context, a parameter out of range): an HTTP 400, 413 or 422, an error event in place of a
+    streamed reply, an abort nobody asked for. The engine itself is fine, and any other replica
+    would refuse the same request: an engine pool neither drains the replica nor retries
+    (:mod:`.pool`); the gateway answers 400."""
+
+
+REQUEST_ERROR_STATUSES = (400, 413, 422)   # what a server answers a request it refuses for its content
+
+
+def request_error_status(status: object) -> bool:
+    """Whether an HTTP status an engine reported (in a reply or an error event) blames the request."""
+    return isinstance(status, int) and status in REQUEST_ERROR_STATUSES
+
+
 @dataclass
 class Generation:
     output_ids: list[int]

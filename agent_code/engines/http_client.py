@@ -1,6 +1,8 @@
 """What the HTTP engines (SGLang, vLLM) share: one httpx client per event loop, turning an
-error response into one readable line, reading a streamed reply's events (and its error events),
-checking the token ids an engine sent back."""
+error response into one readable line and the right error (:class:`EngineRequestError` for a
+refusal of the request's content, :class:`EngineError` for a failure of the server), reading a
+streamed reply's events (and its error events), checking the token ids an engine sent back, and
+probing a server's health route (what an engine pool uses to bring a drained replica back)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from typing import Any, AsyncIterator
 
 import httpx
 
-from agent_code.engines.base import EngineError
+from agent_code.engines.base import EngineError, EngineRequestError, request_error_status
+
+HEALTH_TIMEOUT_S = 5.0
 
 
 class LoopClient:
@@ -54,6 +58,23 @@ def error_text(response: httpx.Response) -> str:
     return str(data)[:500]
 
 
+def http_error(what: str, response: httpx.Response) -> EngineError:
+    """The error of an engine reply with a status other than 200: ``what`` (``SGLang /generate``)
+    ``returned HTTP <status>: <its message>``, an :class:`EngineRequestError` when the status
+    blames the request (400, 413, 422), else an :class:`EngineError` (5xx, 401, 404, 429 …)."""
+    kind = EngineRequestError if request_error_status(response.status_code) else EngineError
+    return kind(f"{what} returned HTTP {response.status_code}: {error_text(response)}")
+
+
+async def probe_health(client: httpx.AsyncClient, path: str = "/health") -> bool:
+    """Whether the server answers ``GET path`` with a 2xx within :data:`HEALTH_TIMEOUT_S`."""
+    try:
+        response = await client.get(path, timeout=HEALTH_TIMEOUT_S)
+    except httpx.HTTPError:
+        return False
+    return response.is_success
+
+
 async def sse_json(response: httpx.Response) -> AsyncIterator[Any]:
     """The decoded JSON of each ``data:`` line of a server-sent-events reply, up to ``[DONE]``
     (raises ValueError on a line that is not JSON)."""
@@ -67,11 +88,18 @@ async def sse_json(response: httpx.Response) -> AsyncIterator[Any]:
 
 
 def raise_error_event(event: object, engine: str) -> None:
-    """Raise EngineError (``<engine> failed: <message>``) when a streamed ``event`` is an
-    ``{"error": ...}`` event, which a server sends in place of a chunk when the request fails."""
+    """Raise when a streamed ``event`` is an ``{"error": ...}`` event, which a server sends in place
+    of a chunk when it refuses the request (SGLang: a ValueError such as a prompt over the context;
+    vLLM: with its status as ``code``): :class:`EngineRequestError` (``<engine> refused the
+    request: <message>``), or :class:`EngineError` when the event names a status that does not
+    blame the request (a 5xx)."""
     if isinstance(event, dict) and "error" in event:
         error = event["error"]
-        raise EngineError(f"{engine} failed: {error.get('message') if isinstance(error, dict) else error}")
+        message = error.get("message") if isinstance(error, dict) else error
+        code = error.get("code", error.get("status_code")) if isinstance(error, dict) else None
+        if isinstance(code, int) and not isinstance(code, bool) and not request_error_status(code):
+            raise EngineError(f"{engine} failed: {message}")
+        raise EngineRequestError(f"{engine} refused the request: {message}")
 
 
 def new_part(chunk: list, held: list, total: object, what: str) -> list:

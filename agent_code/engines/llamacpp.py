@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
-from agent_code.engines.base import EngineError, Generation, Piece
+from agent_code.engines.base import EngineError, EngineRequestError, Generation, Piece, request_error_status
 from agent_code.protocols.canonical import SamplingParams
 
 if TYPE_CHECKING:   # an optional package (the local extra), imported when the model loads
@@ -341,8 +341,10 @@ class LlamaCppEngine:
         yield generation
 
     def _generation(self, run: _Run, prompt_ids: Sequence[int]) -> Generation:
-        if run.error is not None:
-            raise EngineError(f"llama.cpp: {_error_text(run.error)}")
+        if run.error is not None:   # one with a 4xx code (a prompt over the context) refuses this request only
+            code = run.error.get("code") if isinstance(run.error, dict) else None
+            raise (EngineRequestError if request_error_status(code) else EngineError)(
+                f"llama.cpp: {_error_text(run.error)}")
         if run.stop is not None:
             finish = "stop"
         elif run.finish in ("stop", "length"):

@@ -10,10 +10,17 @@ turns most of each prompt into a cache hit (sent to any replica, most turns star
   (prompt plus the most it may generate, of the requests it is answering now), among those
   below ``max_sessions`` pinned sessions (None: no cap); past every cap it still gets the
   least loaded one rather than no answer;
-* a replica whose generation fails (:class:`EngineError`) is drained: its sessions are unpinned,
-  the request is sent again to another replica — the same prompt ids, which the gateway always
-  sends whole, so the turn continues token-exactly — and new sessions avoid it until
-  ``recheck_s`` has passed (then one request may try it again);
+* a replica whose generation fails (:class:`EngineError`: unreachable, a 5xx, a timeout, a
+  malformed reply) is drained: its sessions are unpinned, the request is sent again to another
+  replica — the same prompt ids, which the gateway always sends whole, so the turn continues
+  token-exactly — and new sessions avoid it until it is healthy again;
+* a refusal of the request itself (:class:`EngineRequestError`: a 400/413/422, a prompt over the
+  context) is that request's error, passed on as it is: the replica stays healthy and nothing is
+  retried (every replica would refuse it too), so no request can drain the pool;
+* a drained replica is healthy again when its health route answers (engines with ``healthy()``:
+  SGLang's and vLLM's ``GET /health``, probed every ``probe_s`` by a task that runs while any
+  replica is drained: no traffic is needed), or, for engines without one, once ``recheck_s`` has
+  passed (then one request may try it again) and it answers;
 * a request without a session id goes to the least loaded replica and pins nothing.
 
 Specs (:func:`agent_code.engines.create_engine`): ``sglang:URL1,URL2`` / ``vllm:URL1,URL2`` (one
@@ -24,11 +31,13 @@ engine kind, several servers), or ``KIND*N`` for N in-process replicas (``instan
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Collection, Sequence
 
-from agent_code.engines.base import Engine, EngineError, Generation, Piece, stream_generation
+from agent_code.engines.base import Engine, EngineError, EngineRequestError, Generation, Piece, stream_generation
 from agent_code.protocols.canonical import SamplingParams
 
 __all__ = ["PoolEngine", "Replica"]
@@ -49,13 +58,14 @@ class Replica:
 
 class PoolEngine:
     def __init__(self, engines: Sequence[Engine], *, max_sessions: int | None = None,
-                 recheck_s: float = 30.0, names: Sequence[str] | None = None) -> None:
+                 recheck_s: float = 30.0, probe_s: float = 5.0, names: Sequence[str] | None = None) -> None:
         if not engines:
             raise ValueError("an engine pool needs at least one replica")
         names = list(names) if names is not None else [f"{e.name}#{i}" for i, e in enumerate(engines)]
         self.replicas = [Replica(n, e) for n, e in zip(names, engines)]
         self.name = f"pool of {len(self.replicas)} × {engines[0].name}"
-        self.max_sessions, self.recheck_s = max_sessions, recheck_s
+        self.max_sessions, self.recheck_s, self.probe_s = max_sessions, recheck_s, probe_s
+        self._prober: asyncio.Task[None] | None = None
         self.pins: dict[str, Replica] = {}
         self.supports_grammar = all(getattr(e, "supports_grammar", False) for e in engines)
 
@@ -93,6 +103,20 @@ class PoolEngine:
         replica.last_error = str(exc)[:300]
         for sid in list(replica.sessions):
             self._unpin(sid)
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.get_running_loop().create_task(self._probe_drained())
+
+    async def _probe_drained(self) -> None:
+        """While a replica is drained: every ``probe_s``, ask each drained one that can tell
+        (``healthy()``) whether it is up again, and take it back if so."""
+        while True:
+            drained = [r for r in self.replicas if not r.healthy and hasattr(r.engine, "healthy")]
+            if not drained:
+                return
+            await asyncio.sleep(self.probe_s)
+            for replica, up in zip(drained, await asyncio.gather(*(_probe(r.engine) for r in drained))):
+                if up:
+                    replica.healthy = True
 
     def _errors(self) -> str:
         return "; ".join(f"{r.name}: {r.last_error or 'unhealthy'}" for r in self.replicas if not r.healthy) \
@@ -115,6 +139,8 @@ class PoolEngine:
             replica = self._take(session_id, tried, cost)
             try:
                 generation = await replica.engine.generate(prompt_ids, sampling, session_id=session_id)
+            except EngineRequestError:
+                raise                                 # this request's own error: the replica is fine
             except EngineError as exc:
                 self._failed(replica, exc)
                 tried.add(replica.name)
@@ -143,6 +169,8 @@ class PoolEngine:
                     started = True
                     yield item
                 return
+            except EngineRequestError:
+                raise                                 # this request's own error: the replica is fine
             except EngineError as exc:
                 self._failed(replica, exc)
                 if started:
@@ -157,6 +185,10 @@ class PoolEngine:
         self._unpin(session_id)
 
     async def close(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(BaseException):
+                await self._prober
         for replica in self.replicas:
             await replica.engine.close()
 
@@ -166,6 +198,14 @@ class PoolEngine:
             {"name": r.name, "healthy": r.healthy, "outstanding_tokens": r.outstanding, "requests": r.requests,
              "failures": r.failures, "last_error": r.last_error or None, "sessions": sorted(r.sessions)}
             for r in self.replicas]}
+
+
+async def _probe(engine: Engine) -> bool:
+    """The engine's ``healthy()``; False when it raises."""
+    try:
+        return await getattr(engine, "healthy")() is True
+    except Exception:  # noqa: BLE001  (a probe that fails says the replica is not back)
+        return False
 
 
 def _cost(prompt_ids: Sequence[int], sampling: SamplingParams) -> int:

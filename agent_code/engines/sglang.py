@@ -17,7 +17,10 @@ tokens' logprobs only (no prompt logprobs, which would cost a prefill pass).
 Stop strings go to SGLang, whose output ids run through the token that completes the stop
 string (the text is trimmed, not the ids) — the same semantics as the other engines here. A
 ``finish_reason`` of type ``abort`` that we did not ask for (e.g. the prompt is longer than the
-context) raises :class:`EngineError` with SGLang's message.
+context) raises :class:`EngineError` with SGLang's message — an :class:`EngineRequestError` when its
+``status_code`` blames the request, as does an HTTP 400/413/422 or an error event in a stream (a
+prompt over the context): those refuse this request and say nothing of the server's health.
+``healthy`` probes ``GET /health``.
 
 Streaming (``stream``): the same request with ``"stream": true`` answers server-sent events, one
 ``data: {...}`` per decode step and ``data: [DONE]``; each event has ``meta_info.completion_tokens``
@@ -50,8 +53,9 @@ from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
-from agent_code.engines.base import EngineError, Generation, Piece
-from agent_code.engines.http_client import LoopClient, error_text, new_part, raise_error_event, sse_json, token_ids
+from agent_code.engines.base import EngineError, EngineRequestError, Generation, Piece, request_error_status
+from agent_code.engines.http_client import (LoopClient, http_error, new_part, probe_health, raise_error_event, sse_json,
+                                            token_ids)
 from agent_code.protocols.canonical import SamplingParams
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
@@ -128,7 +132,7 @@ class SGLangEngine:
             async with client.stream("POST", "/generate", json=body, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {error_text(response)}")
+                    raise http_error("SGLang /generate", response)
                 async for event in sse_json(response):
                     new_ids, new_logprobs, meta = self._event(event, ids, logprobs)
                     ids += new_ids
@@ -186,7 +190,7 @@ class SGLangEngine:
 
     def _parse(self, response: httpx.Response, n_prompt: int, rid: str) -> Generation:
         if response.status_code != 200:
-            raise EngineError(f"SGLang /generate returned HTTP {response.status_code}: {error_text(response)}")
+            raise http_error("SGLang /generate", response)
         try:
             return self._generation(response.json(), n_prompt, rid)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
@@ -210,8 +214,9 @@ class SGLangEngine:
             raise EngineError(f"SGLang returned {len(ids)} output ids but {len(logprobs)} logprobs "
                               "(is return_logprob supported by this server?)")
         kind = finish.get("type")
-        if kind == "abort":
-            raise EngineError(f"SGLang aborted the request: {finish.get('message') or finish}")
+        if kind == "abort":   # one that names a status blaming the request (too long a prompt) is a refusal
+            error = EngineRequestError if request_error_status(finish.get("status_code")) else EngineError
+            raise error(f"SGLang aborted the request: {finish.get('message') or finish}")
         if kind not in ("stop", "length"):
             raise EngineError(f"SGLang returned an unknown finish reason {finish!r}")
         extra: dict[str, Any] = {"engine": self.name, "rid": rid}
@@ -221,6 +226,10 @@ class SGLangEngine:
             extra["cached_tokens"] = meta["cached_tokens"]
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason=kind,
                           prompt_tokens=int(meta.get("prompt_tokens", n_prompt)), meta=extra)
+
+    async def healthy(self) -> bool:
+        """Whether the server answers ``GET /health`` (an engine pool's active health check)."""
+        return await probe_health(self._http())
 
     async def close(self) -> None:
         await self._client.aclose()

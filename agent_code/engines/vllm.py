@@ -22,7 +22,9 @@ Streaming (``stream``): the same request with ``"stream": true`` and
 ``stream_options: {"include_usage": true}`` answers server-sent events: one chunk per step with
 only the new tokens' ``logprobs`` (and ``token_ids``), ``finish_reason``/``stop_reason`` on the
 last content chunk, then a chunk with no choices and the ``usage``, then ``data: [DONE]``. An error
-after the stream began comes as a ``data: {"error": {...}}`` event.
+after the stream began comes as a ``data: {"error": {...}}`` event. An HTTP 400/413/422 (a prompt
+over the context) and an error event that names no 5xx are :class:`EngineRequestError`: they refuse
+this request and say nothing of the server's health. ``healthy`` probes ``GET /health``.
 
 Cancellation closes the HTTP request; vLLM's server aborts a request whose client
 disconnected (its API handlers are wrapped to cancel on disconnect), freeing the sequence.
@@ -39,7 +41,7 @@ from typing import Any, AsyncIterator, Sequence
 import httpx
 
 from agent_code.engines.base import EngineError, Generation, Piece
-from agent_code.engines.http_client import LoopClient, error_text, raise_error_event, sse_json, token_ids
+from agent_code.engines.http_client import LoopClient, http_error, probe_health, raise_error_event, sse_json, token_ids
 from agent_code.protocols.canonical import SamplingParams
 
 SESSION_HEADER = "X-Session-ID"
@@ -136,8 +138,7 @@ class VLLMEngine:
             async with client.stream("POST", "/v1/completions", json=body, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: "
-                                      f"{error_text(response)}")
+                    raise http_error("vLLM /v1/completions", response)
                 async for event in sse_json(response):
                     raise_error_event(event, "vLLM")
                     usage = event.get("usage") or usage
@@ -171,7 +172,7 @@ class VLLMEngine:
 
     def _parse(self, response: httpx.Response, n_prompt: int) -> Generation:
         if response.status_code != 200:
-            raise EngineError(f"vLLM /v1/completions returned HTTP {response.status_code}: {error_text(response)}")
+            raise http_error("vLLM /v1/completions", response)
         try:
             return self._generation(response.json(), n_prompt)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
@@ -204,6 +205,10 @@ class VLLMEngine:
             meta["cached_tokens"] = cached
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason=finish,
                           prompt_tokens=int(usage.get("prompt_tokens", n_prompt)), meta=meta)
+
+    async def healthy(self) -> bool:
+        """Whether the server answers ``GET /health`` (an engine pool's active health check)."""
+        return await probe_health(self._http())
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -75,6 +75,12 @@ def _same(given: str | None, expected: str) -> bool:
                                                      expected.encode("utf-8", "surrogatepass"))
 
 
+def is_admin(credential: str | None, admin_header: str | None, admin_token: str | None) -> bool:
+    """Whether a request carrying ``credential`` (its API key) and ``admin_header`` holds the
+    gateway's ``admin_token`` (False when there is none)."""
+    return bool(admin_token) and (_same(admin_header, admin_token or "") or _same(credential, admin_token or ""))
+
+
 def decide(action: Action, session_id: str | None, *, credential: str | None, admin_header: str | None,
            admin_token: str | None) -> HttpError | None:
     """The refusal of ``action`` on ``session_id`` (None: not known yet, e.g. before an open
@@ -83,7 +89,7 @@ def decide(action: Action, session_id: str | None, *, credential: str | None, ad
     ``credential`` is the request's API key (Bearer or x-api-key), ``admin_header`` its
     ``x-agent-code-admin`` header, ``admin_token`` the gateway's (None: none configured)."""
     if admin_token:
-        if _same(admin_header, admin_token) or _same(credential, admin_token):
+        if is_admin(credential, admin_header, admin_token):
             return None
         if admin_header is not None:
             return HttpError(403, "permission_error", f"the {ADMIN_HEADER} header does not hold this gateway's "

@@ -14,27 +14,37 @@ new gets in. :class:`ConnectionLimits` bounds three things:
   it a request gets ``503`` in its protocol's error format with ``retry-after: 1``
   (:class:`RequestCap`). ``/healthz`` is exempt, so a monitor still sees the gateway.
 
-``serve`` exposes them as ``--header-timeout``, ``--max-connections`` and ``--max-requests``
-and raises its open-file limit to the hard limit, capping ``max_connections`` below it.
+Within that, one session (one API key) may have at most ``max_session_requests`` requests open at
+once (:class:`SessionRequestCap`, applied by ``create_app``; default
+:data:`DEFAULT_SESSION_REQUESTS`): an agent that opens thousands of connections through its
+sandbox's relay gets ``429`` (its protocol's format, ``retry-after: 1``) for the requests past its
+own budget, from the moment their headers arrive (before a body is read), and can hold no more
+than that many of the global slots, so its siblings keep theirs. Requests are counted by the key
+that ``create_app``'s ``key`` function gives: the API key (``default`` without one); on a gateway
+of explicit sessions every key that names no live session shares one budget (random keys do not
+multiply an agent's slots); the admin token's requests and ``/healthz`` are not counted.
+
+``serve`` exposes them as ``--header-timeout``, ``--max-connections``, ``--max-requests`` and
+``--max-session-requests`` and raises its open-file limit to the hard limit, capping ``max_connections`` below it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import resource
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Literal, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, TypedDict, Unpack
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:   # uvicorn is imported where a server is made
     import uvicorn
     from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
-OPENAI_PATHS = ("/v1/chat/", "/chat/", "/v1/responses", "/responses", "/models")
 FD_MARGIN = 128    # descriptors kept for files, the engine and the turn log
+DEFAULT_SESSION_REQUESTS = 8
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ class RequestCap:
             await self.app(scope, receive, send)
             return
         if self.active >= self.limit:
-            await _overloaded(scope, send, self.limit)
+            await _overloaded(scope, receive, send, self.limit)
             return
         self.active += 1
         try:
@@ -145,19 +155,51 @@ class RequestCap:
             self.active -= 1
 
 
-async def _overloaded(scope: Scope, send: Send, limit: int) -> None:
-    message = (f"the gateway is answering {limit} requests at once, its limit (--max-requests); "
-               "retry in a moment")
-    body: dict[str, Any]
-    if scope.get("path", "").startswith(OPENAI_PATHS):
-        body = {"error": {"message": message, "type": "server_error", "param": None, "code": "overloaded"}}
-    else:
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                            (b"retry-after", b"1")]})
-    await send({"type": "http.response.body", "body": data})
+class SessionRequestCap:
+    """ASGI middleware: at most ``limit`` requests open at once per budget (module doc);
+    ``key`` names a request's budget from its headers (None: not counted)."""
+
+    def __init__(self, app: ASGIApp, limit: int, key: Callable[[Headers], str | None]) -> None:
+        if limit < 1:
+            raise ValueError(f"max_session_requests must be at least 1, not {limit}")
+        self.app, self.limit, self.key = app, limit, key
+        self.active: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.key(Headers(scope=scope)) if scope["type"] == "http" and scope.get("path") != "/healthz" else None
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        held = self.active.get(key, 0)
+        if held >= self.limit:
+            await _refuse(scope, receive, send, 429, "rate_limit_error",
+                          f"this session already has {held} requests open, its limit (--max-session-requests); "
+                          "wait for a reply before sending more")
+            return
+        self.active[key] = held + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            left = self.active[key] - 1
+            if left:
+                self.active[key] = left
+            else:
+                del self.active[key]
+
+
+async def _overloaded(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    await _refuse(scope, receive, send, 503, "overloaded_error",
+                  f"the gateway is answering {limit} requests at once, its limit (--max-requests); retry in a moment",
+                  code="overloaded")
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, kind: str, message: str,
+                  code: str | None = None) -> None:
+    """Answer with ``status`` in the request's protocol's error format, ``retry-after: 1``."""
+    from agent_code.gateway.http import HttpError
+    from agent_code.gateway.wire_errors import send_error
+
+    await send_error(scope, receive, send, HttpError(status, kind, message, code=code), {"retry-after": "1"})
 
 
 class ServerOptions(TypedDict, total=False):

@@ -16,12 +16,12 @@ import logging
 import math
 import re
 from types import ModuleType
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from agent_code.engines.base import EngineError
+from agent_code.engines.base import EngineError, EngineRequestError
 from agent_code.gateway.pipeline import RenderError
 
 log = logging.getLogger("agent_code.gateway")
@@ -214,10 +214,15 @@ def large_body(request: Request) -> bool:
 
 def credential_from(request: Request) -> str | None:
     """The API key the client sent (``Authorization: Bearer ID`` or ``x-api-key: ID``), if any."""
-    auth = request.headers.get("authorization", "")
+    return credential_in(request.headers)
+
+
+def credential_in(headers: Mapping[str, str]) -> str | None:
+    """:func:`credential_from` of a request's headers."""
+    auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
-    return request.headers.get("x-api-key", "").strip() or None
+    return headers.get("x-api-key", "").strip() or None
 
 
 def session_id_from(request: Request) -> str:
@@ -314,6 +319,8 @@ def as_http_error(exc: BaseException) -> HttpError:
         return HttpError(status, kind, str(exc), param=getattr(exc, "param", None), code=getattr(exc, "code", None))
     if isinstance(exc, RenderError):
         return HttpError(400, "invalid_request_error", str(exc))
+    if isinstance(exc, EngineRequestError):   # this request's content (a prompt over the context): not retried
+        return HttpError(400, "invalid_request_error", f"the engine refused the request: {exc}")
     if isinstance(exc, EngineError):
         # 529 tells Anthropic clients to retry later
         return HttpError(529, "overloaded_error", f"engine error: {exc}")

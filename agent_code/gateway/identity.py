@@ -25,12 +25,35 @@ reach another rollout's session.
 from __future__ import annotations
 
 import secrets
+from typing import Callable, Mapping
+
+from agent_code.gateway.auth import ADMIN_HEADER, is_admin
+from agent_code.gateway.http import credential_in
 from agent_code.gateway.sessions import Session, SessionError, SessionStore
 from agent_code.protocols.canonical import ChatRequest
 from agent_code.trajectory.history import conversation_key, prefix_keys
 from agent_code.trajectory.records import TurnRecord
 
 ANONYMOUS_PREFIX = "anon-"
+
+
+NO_SESSION = "no-session"   # the budget every key naming no live session shares (explicit sessions)
+
+
+def budget_key(store: SessionStore, admin_token: str | None) -> Callable[[Mapping[str, str]], str | None]:
+    """Which per-session request budget a request counts against, from its headers
+    (:class:`agent_code.gateway.connections.SessionRequestCap`): ``session:<its key>`` (``default``
+    without one); on a gateway of explicit sessions, :data:`NO_SESSION` for a key that names no
+    live session; None (not counted) for the admin token's requests."""
+    def key(headers: Mapping[str, str]) -> str | None:
+        credential = credential_in(headers)
+        if is_admin(credential, headers.get(ADMIN_HEADER), admin_token):
+            return None
+        session_id = credential or "default"
+        if store.open_on_first_use or session_id in store.sessions:
+            return f"session:{session_id}"
+        return NO_SESSION
+    return key
 
 
 def require_session_key(store: SessionStore, credential: str | None) -> None:

@@ -64,6 +64,21 @@ E2B_USERS = {"root": "root", "agent": "user"}
 GATEWAY_ENV = "AGENT_CODE_E2B_GATEWAY_URL"
 
 
+def tunnel_hosts() -> list[str]:
+    """The host name of ``AGENT_CODE_E2B_GATEWAY_URL`` when it names one (a tunnel to this machine's
+    in-process gateway keeps its public ``Host``): the names that gateway must serve besides its
+    own address (``create_app(allowed_hosts=…)``, :mod:`agent_code.gateway.request_guard`)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(os.environ.get(GATEWAY_ENV, "")).hostname or ""
+        ipaddress.ip_address(host)
+    except ValueError:
+        return [host] if host else []
+    return []
+
+
 def is_local_url(url: str) -> bool:
     """Whether ``url`` names this machine only (loopback, ``localhost``, an unspecified address):
     an address a cloud sandbox cannot reach."""
