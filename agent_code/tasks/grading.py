@@ -11,7 +11,9 @@ Steps, each in a sandbox that never saw the agent run:
    runner would collect, runner config, conftest files, packaging and entry points,
    ``.pth``/customize hooks, bytecode, modules that shadow the runner, the standard library or a
    name the project imports, package markers above the tests, symlinks, git metadata, odd names,
-   ...): those stay as they were at the baseline, are listed in ``Grade.rejected_paths``, and
+   modules only the tests load — test helpers, from the baseline's import graph that
+   ``imports.py`` scans in the sandbox before the diff is applied —, files the project's
+   pytest configuration collects, ...): those stay as they were at the baseline, are listed in ``Grade.rejected_paths``, and
    the rest is applied (reward 0 if one cannot be put back);
 4. apply the task's ``test_patch`` (hidden tests the agent never saw), if any;
 5. run the grader as the agent user (it runs the agent's code, which must never run as root),

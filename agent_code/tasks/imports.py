@@ -20,6 +20,7 @@ import statements. Kept to the python 3.6 standard library: it runs on the task'
 
 import ast
 import json
+import os
 import re
 import sys
 
@@ -139,6 +140,8 @@ def main(listfile):
         paths = [p.decode("utf-8", "surrogateescape") for p in f.read().split(b"\0") if p]
     out = {}
     for path in paths:
+        if os.path.islink(path):                        # a link may lead out of the workspace
+            continue
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_BYTES + 1)

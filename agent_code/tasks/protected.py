@@ -9,7 +9,9 @@ dropped) and reported in ``rejected_paths``. Everything else is applied and grad
 Each rule is one class of reward hack: a way to make the tests pass, or make the grader believe
 they passed, without fixing the code. A new class is one more line in :data:`RULES`; what a rule
 needs to know of the task, the baseline and the change is in :class:`Context`, which
-``evidence.py`` helps ``grading.py`` fill. Rejecting a
+``evidence.py`` (and ``support.py``, the tests' import graph) helps ``grading.py`` fill. The
+rules inferred from evidence rather than from a path's name (a test helper, a configured test
+file) never refuse a file the task's reference ``patch`` touches. Rejecting a
 path never zeroes a reward by itself: an honest fix that also touched, say, ``pyproject.toml``
 is graded on the rest of its change.
 

@@ -32,6 +32,12 @@ Definitions (every file is a tracked ``.py`` file of the baseline, or a file of 
   ``src/pkg/__init__.py``) unless its own name is test-like — the project's own modules and
   packages, a pytest plugin's module; and whatever a package ``__init__.py`` or any other
   production module imports (a re-export is code under test).
+
+What this gives up: a module of the project that only a test helper loads (no test imports it,
+no production module does) is test support by definition — the helper's helper cannot be told
+from code only reachable through a helper. Its fix is refused unless the task's reference
+``patch`` names it. A top-level helper module with a name that is not test-like
+(``helpers.py`` at the root) is taken as the project's own module and left editable.
 """
 
 from __future__ import annotations
