@@ -112,6 +112,10 @@ HELPERS = (
            {"pkg/checks/impl.py": "def check():\n    return True\n"}),
 )
 
+HELPERS += (Attack("a package planted in place of the helper module (a package outranks a module)",
+                   {**CORE, "pkg/utils/__init__.py": "", "pkg/utils/_testing.py": ASSERTS,
+                    "tests/test_core.py": "from pkg.utils._testing import assert_adds\n" + USES},
+                   {"pkg/utils/_testing/__init__.py": NO_OP}),)
 HIDDEN = ("--- /dev/null\n+++ b/tests/test_hidden.py\n@@ -0,0 +1,5 @@\n+from pkg.testing import assert_adds\n+\n+\n"
           "+def test_add():\n+    assert_adds(2, 3, 5)\n")
 HELPERS += (Attack("a helper only the hidden tests import",
