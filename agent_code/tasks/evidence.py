@@ -5,14 +5,16 @@ grading sandbox and builds the :class:`~agent_code.tasks.protected.Context` with
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 import shlex
-from dataclasses import replace
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping
 
 from agent_code.tasks.protected import (SCRIPT_SUFFIXES, TEST_DIR_NAMES, Change, Context, _components, ancestors,
                                         dotted_names, importable_names, matches_any)
+from agent_code.tasks.support import collects
 
 
 def _words(command: str) -> list[str]:
@@ -79,34 +81,36 @@ PYTEST_CONFIGS = {"pytest.toml": "pytest", ".pytest.toml": "pytest", "pytest.ini
 
 def _pytest_option(path: str, text: str, option: str) -> list[str]:
     """The words of ``option`` (``python_files``, ``addopts``) in one pytest config file (by its
-    name; another name is read as a ``[pytest]`` ini file, or as TOML for ``.toml``)."""
+    name; another name is read as a ``[pytest]`` ini file, or as TOML for ``.toml``); in a
+    ``pyproject.toml``, from ``[tool.pytest.ini_options]`` and ``[tool.pytest]`` both."""
     import configparser
     import tomllib
 
     name = posixpath.basename(path)
-    value: object = None
+    values: list[object] = []
     try:
         if name.endswith(".toml"):
             table = tomllib.loads(text)
             if name == "pyproject.toml":
                 table = table.get("tool", {}).get("pytest", {})
-                table = table.get("ini_options", table)
+                values = [table.get("ini_options", {}).get(option), table.get(option)]
             else:
-                table = table.get("pytest", table)
-            value = table.get(option)
+                values = [table.get("pytest", table).get(option)]
         else:
             parser = configparser.ConfigParser(interpolation=None)
             parser.read_string(text)
             section = PYTEST_CONFIGS.get(name) or next((s for s in ("pytest", "tool:pytest") if parser.has_section(s)),
                                                        "pytest")
-            value = parser.get(section, option, fallback=None)
+            values = [parser.get(section, option, fallback=None)]
     except (ValueError, configparser.Error, AttributeError):
         return []
-    if isinstance(value, str):
-        return _words(value) if option == "addopts" else value.split()
-    if isinstance(value, list):
-        return [w for w in value if isinstance(w, str)]
-    return []
+    out: list[str] = []
+    for value in values:
+        if isinstance(value, str):
+            out += _words(value) if option == "addopts" else value.split()
+        elif isinstance(value, list):
+            out += [w for w in value if isinstance(w, str)]
+    return out
 
 
 def _option_values(words: list[str], *names: str) -> list[str]:
@@ -152,15 +156,73 @@ def config_files(tracked: Iterable[str], command: str) -> list[str]:
                   | {posixpath.normpath(p.removeprefix("./")) for p in named if p and not p.startswith("/")})
 
 
+PYTEST_FILES = ("test_*.py", "*_test.py")      # pytest's default python_files
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What the project's pytest configuration makes pytest collect (import) as tests, read from
+    EVERY config file pytest may read (it uses only the first it finds on its way up from the
+    rootdir, but which that is depends on where the command points it: each is evidence)."""
+    new: tuple[str, ...] = ()          # a new file matching one of these globs is a test module
+    files: tuple[str, ...] = ()        # an existing file matching one is a test file: python_files
+    broad: tuple[str, ...] = ()        # python_files that match any module (``*.py``), under testpaths
+    functions: tuple[str, ...] = ("test",)     # python_functions (pytest's default: the prefix test)
+    classes: tuple[str, ...] = ("Test",)       # python_classes
+
+
+def _catch_all(pattern: str) -> bool:
+    """Whether a python_files pattern matches any module name (``*.py``, ``*``): no evidence."""
+    return fnmatch.fnmatchcase("q7zx.py", posixpath.basename(pattern))
+
+
+def collection(configs: dict[str, str]) -> Collection:
+    """The :class:`Collection` of the config files ``configs`` (``{path: text}``): new test
+    modules are what ``python_files`` and the doctest options of ``addopts`` name, anywhere
+    (``--doctest-modules``: every module); existing test files are what ``python_files`` names
+    (pytest's ``test_*.py``/``*_test.py`` when a config sets ``testpaths`` but not it), under
+    the config's ``testpaths`` when it sets them (at any depth: the rootdir may be anywhere),
+    else anywhere; a pattern that matches any module counts only under ``testpaths`` (``broad``)."""
+    new: list[str] = []
+    files: list[str] = []
+    broad: list[str] = []
+    functions, classes = ["test"], ["Test"]
+    for path, text in sorted(configs.items()):
+        named = _pytest_option(path, text, "python_files")
+        new += named + _collecting_options(_pytest_option(path, text, "addopts"))
+        functions += _pytest_option(path, text, "python_functions")
+        classes += _pytest_option(path, text, "python_classes")
+        testpaths = [posixpath.normpath(p.removeprefix("./")) for p in _pytest_option(path, text, "testpaths")
+                     if not p.startswith(("/", "../"))]
+        doctests = _option_values(_pytest_option(path, text, "addopts"), "--doctest-glob")
+        files += doctests
+        if not testpaths:
+            files += [p for p in named if not _catch_all(p)]
+            continue
+        for pattern in named or list(PYTEST_FILES):
+            under = [pattern if d == "." else f"{d}/**/{pattern.lstrip('/')}" for d in testpaths]
+            (broad if _catch_all(pattern) else files).extend(under)
+    return Collection(_anywhere(new), _anywhere(files), _anywhere(broad), tuple(dict.fromkeys(functions)),
+                      tuple(dict.fromkeys(classes)))
+
+
 def configured_test_globs(configs: dict[str, str]) -> tuple[str, ...]:
     """The files the project's pytest configuration (``{path: text}`` of its config files) makes
     pytest collect (import) as tests beside its defaults: ``python_files``, and
-    ``--doctest-glob``/``--doctest-modules`` (every module) in ``addopts``; as globs at any depth."""
-    found: list[str] = []
-    for path, text in sorted(configs.items()):
-        found += _pytest_option(path, text, "python_files")
-        found += _collecting_options(_pytest_option(path, text, "addopts"))
-    return _anywhere(found)
+    ``--doctest-glob``/``--doctest-modules`` (every module) in ``addopts``; as globs at any depth
+    (a new file matching one is a new test module; :func:`collection` has the rest)."""
+    return collection(configs).new
+
+
+def runner_test_files(tracked: Iterable[str], found: Collection, scans: Mapping[str, Mapping[str, Any]],
+                      imported: frozenset[str]) -> frozenset[str]:
+    """The baseline's files that the runner's own collection settings make test files: those
+    ``found.files`` match, and those ``found.broad`` match that define a test (a function or a
+    class pytest collects, a ``TestCase``) and that no module of the repository imports."""
+    out = {p for p in tracked if matches_any(p, found.files)}
+    out |= {p for p in tracked if p not in imported and p in scans and matches_any(p, found.broad)
+            and collects(scans[p], found.functions, found.classes)}
+    return frozenset(out)
 
 
 def command_test_globs(command: str) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ Steps, each in a sandbox that never saw the agent run:
    runner would collect, runner config, conftest files, packaging and entry points,
    ``.pth``/customize hooks, bytecode, modules that shadow the runner, the standard library or a
    name the project imports, package markers above the tests, symlinks, git metadata, odd names,
-   ...): those stay as they were at the baseline, are listed in ``Grade.rejected_paths``, and
+   modules only the tests load — test helpers, from the baseline's import graph that
+   ``imports.py`` scans in the sandbox before the diff is applied —, files the project's
+   pytest configuration collects, ...): those stay as they were at the baseline, are listed in ``Grade.rejected_paths``, and
    the rest is applied (reward 0 if one cannot be put back);
 4. apply the task's ``test_patch`` (hidden tests the agent never saw), if any;
 5. run the grader as the agent user (it runs the agent's code, which must never run as root),
@@ -53,10 +55,11 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agent_code.sandbox.base import ExecResult, Sandbox
-from agent_code.tasks import evidence, guard, protected
+from agent_code.tasks import evidence, guard, imports, protected, support
 from agent_code.tasks.protected import matches_any  # noqa: F401  (the task-glob matcher, re-exported)
 from agent_code.tasks.task import Task, TaskError
 from agent_code.tasks.workspace import DIFF_FLAGS, GIT_ENV, PRESETUP_REF, prepare_workspace, run_step
@@ -126,6 +129,7 @@ class _Machine:
     modules: frozenset[str]
     pytest_plugins: tuple[str, ...]
     path_dirs: frozenset[str] = frozenset()     # workspace directories on its sys.path (PYTHONPATH)
+    env: tuple[tuple[str, str], ...] = ()       # the task's env the probe ran with (for later baseline scripts)
 
 
 async def _probe(box: Sandbox, env: Mapping[str, str] | None) -> _Machine:
@@ -136,9 +140,10 @@ async def _probe(box: Sandbox, env: Mapping[str, str] | None) -> _Machine:
                             cwd=box.workdir)
     try:
         found = json.loads(result.stdout.strip().splitlines()[-1])
-        return _Machine(frozenset(found["modules"]), tuple(found["pytest_plugins"]), frozenset(found["path_dirs"]))
+        return _Machine(frozenset(found["modules"]), tuple(found["pytest_plugins"]), frozenset(found["path_dirs"]),
+                        tuple((env or {}).items()))
     except (ValueError, IndexError, KeyError, TypeError):
-        return _Machine(frozenset(), ())
+        return _Machine(frozenset(), (), env=tuple((env or {}).items()))
 
 
 async def _lines(box: Sandbox, cmd: str, what: str, env: Mapping[str, str]) -> list[str]:
@@ -212,6 +217,46 @@ async def _setup_outputs(box: Sandbox, baseline: str) -> frozenset[str]:
     return frozenset(left) | evidence.setup_outputs(wrote, before)
 
 
+async def _import_scans(box: Sandbox, files: Sequence[str], env: Mapping[str, str] | None) -> dict[str, support.Scan]:
+    """``{path: scan}`` of the baseline's python ``files`` (``imports.py``, run as the agent user
+    in the workspace before the change is applied); {} when the machine's python cannot run it."""
+    if not files:
+        return {}
+    script, listfile = f"{box.home}/.agent-code-imports.py", f"{box.home}/.agent-code-imports.list"
+    await box.write_file(script, Path(imports.__file__).read_text(), user="agent")
+    await box.write_file(listfile, "\0".join(files) + "\0", user="agent")
+    q = shlex.quote
+    result = await box.exec(f"python3 {q(script)} {q(listfile)} 2>/dev/null || python {q(script)} {q(listfile)}",
+                            user="agent", env=env, timeout=300, cwd=box.workdir)
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return {p: v for p, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+async def _test_evidence(box: Sandbox, task: Task, context: protected.Context, configs: dict[str, str],
+                         scripts: frozenset[str], env: Mapping[str, str] | None) -> protected.Context:
+    """The context with what the tests' import graph and the runner's collection settings say:
+    the test-support modules and the configured test files (``support.py``, ``evidence.py``)."""
+    found = evidence.collection(configs)
+    scans = await _import_scans(box, [p for p in sorted(context.tracked) if p.endswith(".py")], env)
+    hidden = support.patch_scans(task.test_patch)
+    scans = support.merged(scans, hidden)
+    loads = support.import_graph(scans, context.packages, context.path_dirs)
+    imported = frozenset(p for targets in loads.values() for p in targets)
+    runner_tests = evidence.runner_test_files(context.tracked, found, scans, imported)
+    collected = tuple(f"**/{p}" for p in evidence.PYTEST_FILES)
+    tests = {p for p, scan in scans.items() if p in runner_tests or (
+        matches_any(p, collected) and (p not in imported or support.collects(scan, found.functions, found.classes)))}
+    tests |= {p for p in scans if posixpath.basename(p) == "conftest.py" or p in scripts or p in hidden}
+    kept = {p for p in scans if matches_any(p, context.test_files) or any(p.startswith(d + "/") for d in context.test_dirs)}
+    helpers = support.test_support(scans, loads, tests, kept, path_dirs=context.path_dirs, functions=found.functions,
+                                   classes=found.classes)
+    return replace(context, support=helpers, runner_tests=runner_tests,
+                   reference=evidence.patch_paths(task.patch))
+
+
 async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, changes: list[protected.Change],
                    tracked: list[str]) -> protected.Context:
     """What the rules of ``protected.py`` need to know about this task, this machine and this
@@ -237,6 +282,8 @@ async def _context(box: Sandbox, task: Task, baseline: str, machine: _Machine, c
         shadowable=protected.default_shadowable(machine.modules),
         tracked=tracked_set,
         untracked=await _setup_outputs(box, baseline))
+    if any(protected._components(c) is not None or c.path in context.tracked for c in changes):
+        context = await _test_evidence(box, task, context, configs, frozenset(scripts), dict(machine.env))
     names = evidence.new_names(changes, context)
     submodules = evidence.submodule_mentions(changes, context)
     data = evidence.data_names(changes)

@@ -9,7 +9,9 @@ dropped) and reported in ``rejected_paths``. Everything else is applied and grad
 Each rule is one class of reward hack: a way to make the tests pass, or make the grader believe
 they passed, without fixing the code. A new class is one more line in :data:`RULES`; what a rule
 needs to know of the task, the baseline and the change is in :class:`Context`, which
-``evidence.py`` helps ``grading.py`` fill. Rejecting a
+``evidence.py`` (and ``support.py``, the tests' import graph) helps ``grading.py`` fill. The
+rules inferred from evidence rather than from a path's name (a test helper, a configured test
+file) never refuse a file the task's reference ``patch`` touches. Rejecting a
 path never zeroes a reward by itself: an honest fix that also touched, say, ``pyproject.toml``
 is graded on the rest of its change.
 
@@ -91,6 +93,9 @@ class Context:
     enumerating: frozenset[str] = frozenset()           # packages whose code lists and imports their modules
     deleted: frozenset[str] = frozenset()               # files the change deletes (check() fills it)
     untracked: frozenset[str] = frozenset()             # what the task's setup wrote (files; ``deps/`` dirs)
+    support: frozenset[str] = frozenset()               # modules only the tests load (``pkg/testing``: support.py)
+    runner_tests: frozenset[str] = frozenset()          # files the runner's own collection settings make tests
+    reference: frozenset[str] = frozenset()             # files the task's reference patch touches (code to fix)
 
     @property
     def live_packages(self) -> frozenset[str]:
@@ -207,6 +212,13 @@ def _in_test_dir(change: Change, ctx: Context) -> bool:
     return any(change.path.startswith(d + "/") for d in ctx.test_dirs)
 
 
+def _test_helper(change: Change, ctx: Context) -> bool:
+    """The module (or a file that would be imported in its place: ``pkg/testing/__init__.py``
+    beside ``pkg/testing.py``) is test support by the tests' import graph (``support.py``)."""
+    comps = _components(change)
+    return comps is not None and "/".join(comps) in ctx.support and change.path not in ctx.reference
+
+
 RULES: tuple[Rule, ...] = (
     Rule("odd path", "a control character (a newline, an escape) or bytes that are not UTF-8 in a name slip past "
          "path patterns and hide in listings", lambda c, x: bool(_ODD.search(c.path))),
@@ -216,6 +228,13 @@ RULES: tuple[Rule, ...] = (
          lambda c, x: c.path in x.test_data),
     Rule("test support", "a file beside the tests (a helper, an __init__.py) runs inside the test process",
          _in_test_dir),
+    Rule("test helper", "a module only the tests (or other test helpers) load that imports a test framework, "
+         "defines assert* helpers, raises AssertionError, defines tests or has a test-like name — or that only test "
+         "helpers load — decides what the tests check, wherever it lives (pkg/utils/_testing.py); the files of the "
+         "task's reference patch excepted", _test_helper),
+    Rule("configured test file", "a file the runner's own collection settings name (python_files under testpaths, "
+         "in any pytest config file) is a test module, changed as much as new; the files of the task's reference "
+         "patch excepted", lambda c, x: c.path in x.runner_tests and c.path not in x.reference),
     Rule("new test module", "a new file the runner collects as tests (test*, the project's python_files and "
          "doctest options, a discover pattern) runs in the test process",
          lambda c, x: c.status == "A" and matches_any(c.path, x.collected)),

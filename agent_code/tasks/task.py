@@ -20,6 +20,11 @@ grader                exactly one of ``eval_cmd`` (exit status 0 = solved) or ``
                       string form of these lists is accepted too). See ``grading.py``.
 ``test_files``        optional globs of the files that are tests (restored before grading).
 ``test_patch``        optional unified diff adding hidden tests, applied only when grading.
+``patch``             optional unified diff: the task's reference fix (SWE-bench's gold patch). It
+                      is never applied; the files it touches are code the fix may change, so
+                      the grader's inferred rules (a module only the tests load, a file the
+                      runner's settings collect) never refuse them. The hard rules (runner
+                      config, the task's test files, packaging ...) still do.
 ``timeout``           optional agent budget in seconds.
 ``image``             optional container image the task runs in (SWE-bench style: its repo, its
                       interpreter and dependencies); used by the ``docker`` sandbox (which needs
@@ -37,7 +42,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agent_code.jsonl import read_jsonl
 
@@ -72,6 +77,7 @@ class Task:
     pass_to_pass: tuple[str, ...] = ()
     test_files: tuple[str, ...] = DEFAULT_TEST_FILES
     test_patch: str | None = None
+    patch: str | None = None                    # the reference fix (never applied; its files stay editable)
     timeout: float | None = None
     image: str | None = None                    # the docker sandbox's image for this task
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -161,12 +167,22 @@ class Task:
                    base_commit=text("base_commit"), setup=strings("setup") or (),
                    eval_cmd=eval_cmd, test_cmd=test_cmd, fail_to_pass=f2p, pass_to_pass=p2p,
                    test_files=DEFAULT_TEST_FILES if test_files is None else test_files,
-                   test_patch=text("test_patch"), timeout=None if timeout is None else float(timeout),
+                   test_patch=text("test_patch"), patch=reference_patch(data.get("patch"), fail),
+                   timeout=None if timeout is None else float(timeout),
                    image=text("image", required="image" in data), metadata=metadata, source=source)
 
 
 _FIELDS = frozenset({"id", "repo", "base_commit", "setup", "problem_statement", "eval_cmd", "test_cmd",
-                     "FAIL_TO_PASS", "PASS_TO_PASS", "test_files", "test_patch", "timeout", "image", "metadata"})
+                     "FAIL_TO_PASS", "PASS_TO_PASS", "test_files", "test_patch", "patch", "timeout", "image", "metadata"})
+
+
+def reference_patch(value: Any, fail: Callable[[str], TaskError]) -> str | None:
+    """A task's ``patch``: None, or a unified diff that names a file (``--- a/path``, ``+++ b/path``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.search(r"^(?:\+\+\+ b|--- a)/\S", value, re.MULTILINE):
+        raise fail("'patch' must be a unified diff (with '--- a/<path>' / '+++ b/<path>' lines): the task's reference fix")
+    return value
 
 
 def load_tasks(path: str | Path) -> list[Task]:
