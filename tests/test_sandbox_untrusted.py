@@ -25,7 +25,6 @@ import os
 import re
 import resource
 import shlex
-import socket
 import stat
 import subprocess
 import sys
@@ -188,7 +187,8 @@ def test_a_sparse_100_gb_job_log_made_through_stdout_is_read_in_o_cap():
 
     agent_run, took = run(go())
     assert agent_run.exit_code == 0, agent_run
-    assert agent_run.log.endswith('\n{"type":"result"}\n') and len(agent_run.log.encode()) <= 16 << 20
+    # the log's tail, from its first whole line: what the agent wrote last, and nothing of the hole
+    assert agent_run.log == '{"type":"result"}\n' and agent_run.log_truncated
     assert took < 15
 
 
@@ -301,3 +301,191 @@ def test_a_flood_of_connections_to_the_relay_keeps_the_orchestrators_fds_bounded
     assert grown <= 3 * 64 + 16, f"the orchestrator holds {grown} more fds during the flood"
     assert held_by_gateway <= 64, f"the gateway holds {held_by_gateway} connections of one sandbox"
     assert sibling.endswith(b"\r\n\r\nok") and again.endswith(b"\r\n\r\nok")
+
+
+# --- variants: whatever the agent leaves where the orchestrator reads --------------------------------
+
+NOT_READ = "[agent-code: the agent's stderr file was not read"
+
+
+@isolated_only
+@pytest.mark.parametrize("move", [
+    "rm -f STDERR && mkfifo $HOME/pipe && ln -s $HOME/pipe STDERR",      # a symlink to a FIFO
+    "rm -f STDERR && ln -s /dev/zero STDERR",
+    "rm -f STDERR && ln -s /dev/urandom STDERR",
+    "rm -f STDERR && ln -s /proc/self/fd/0 STDERR",
+    "rm -f STDERR && mkdir STDERR",
+    "rm -f STDERR && python -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' STDERR",
+    "rm -f STDERR && mkdir $HOME/d && mkfifo $HOME/d/x && ln -s $HOME/d $HOME/dirlink && "
+    "ln -s $HOME/dirlink/x STDERR",                                      # through a symlinked directory
+], ids=["symlink-to-fifo", "dev-zero", "dev-urandom", "proc-fd", "directory", "socket", "symlinked-dir"])
+def test_whatever_the_agent_puts_at_the_stderr_path_is_not_read_and_stalls_nothing(move):
+    harness = ShellHarness(f"{move}; echo '{{\"type\":\"result\"}}'")
+
+    async def go():
+        async with LocalSandbox() as box:
+            with fifo_unblocker(f"{box.home}/**/*") as unblocked:
+                agent_run, gap = await responsive(harness.run(box, launch_for(box), budget=30))
+            return agent_run, gap, unblocked
+
+    agent_run, gap, unblocked = run(go())
+    assert unblocked == [] and gap < 1.0, f"the event loop stalled {gap:.1f} s"
+    assert agent_run.exit_code == 0 and agent_run.log == '{"type":"result"}\n', agent_run
+    assert agent_run.stderr.startswith(NOT_READ), agent_run.stderr[:300]
+
+
+@isolated_only
+def test_the_sandboxs_own_reads_refuse_every_kind_of_file_but_a_regular_one(tmp_path):
+    """read_file / read_tail straight on a sandbox: each kind the agent can make (and a device
+    node, which only root can), refused at once; a regular file through a symlinked directory too."""
+    from agent_code.sandbox.base import SandboxError
+
+    async def go():
+        async with LocalSandbox() as box:
+            home = Path(box.home)
+            made = await box.exec("mkfifo fifo && ln -s /dev/zero zero && ln -s fifo to-fifo && mkdir dir && "
+                                  "echo secret > real && ln -s real to-real && ln -s /etc etc && "
+                                  "truncate -s 100G sparse", user="agent", cwd=box.home)
+            assert made.ok, made.output()
+            os.mknod(home / "device", stat.S_IFCHR | 0o666, os.makedev(1, 5))   # /dev/zero's twin
+            outcomes: dict[str, str] = {}
+            with fifo_unblocker(f"{box.home}/*") as unblocked:
+                for name in ("fifo", "zero", "to-fifo", "device", "dir", "to-real", "etc/passwd", "sparse", "gone"):
+                    for how, read in (("file", box.read_file(f"{home}/{name}")),
+                                      ("tail", box.read_tail(f"{home}/{name}", 1024))):
+                        started = time.monotonic()
+                        try:
+                            got = await read
+                            outcomes[f"{how}:{name}"] = f"read {len(getattr(got, 'data', got))}"
+                        except (SandboxError, OSError) as exc:
+                            outcomes[f"{how}:{name}"] = type(exc).__name__
+                        assert time.monotonic() - started < 2, (how, name)
+            tail = await box.read_tail(f"{home}/sparse", 1024)
+            return outcomes, unblocked, tail, await box.read_file(f"{home}/real")
+
+    outcomes, unblocked, tail, real = run(go())
+    assert unblocked == []
+    for name in ("fifo", "zero", "to-fifo", "device", "to-real", "etc/passwd"):
+        assert outcomes[f"file:{name}"] == outcomes[f"tail:{name}"] == "SandboxError", (name, outcomes)
+    assert outcomes["file:dir"] == outcomes["tail:dir"] == "IsADirectoryError"
+    assert outcomes["file:gone"] == outcomes["tail:gone"] == "FileNotFoundError"
+    assert outcomes["file:sparse"] == "SandboxError"      # too large to read whole: said, not read
+    assert tail.data == b"\0" * 1024 and tail.cut == (100 << 30) - 1024
+    assert real == b"secret\n"                            # the control: a regular file reads as before
+
+
+def test_a_file_still_growing_while_read_is_read_up_to_the_size_it_had(tmp_path):
+    """``yes > file`` still running: the tail is read in bounded time and bytes, never chased."""
+    from agent_code.sandbox.untrusted import read_capped
+
+    grow = tmp_path / "grow.log"
+    writer = subprocess.Popen(["sh", "-c", f"exec yes > {grow}"])
+    try:
+        while not grow.exists() or grow.stat().st_size < (64 << 20):
+            time.sleep(0.05)
+        started = time.monotonic()
+        capped = read_capped(grow, head=1 << 20, tail=1 << 20, base=tmp_path)
+        took = time.monotonic() - started
+    finally:
+        writer.kill()
+        writer.wait()
+    assert took < 2 and len(capped.data) == 2 << 20 and capped.cut >= 60 << 20
+    assert set(capped.data) == {ord("y"), ord("\n")}
+
+
+@isolated_only
+def test_a_flooding_command_past_its_timeout_is_drained_not_held():
+    """Output that never ends (``yes``, on both streams): the timeout ends it; what was kept is the
+    cap, head and tail, with the cut said."""
+    async def go():
+        async with LocalSandbox(output_limit=1 << 20) as box:
+            return await box.exec("yes out & yes err >&2", user="agent", timeout=2)
+
+    result = run(go())
+    assert result.timed_out and result.truncated and result.duration < 6
+    for stream, word in ((result.stdout, "out"), (result.stderr, "err")):
+        assert stream.startswith(f"{word}\n") and "bytes cut by agent-code's sandbox" in stream
+        assert len(stream) <= (1 << 20) + 200
+
+
+@isolated_only
+def test_an_ordinary_command_and_log_are_whole_and_not_marked():
+    """The control: nothing is cut, nothing is marked, below the caps."""
+    async def go():
+        async with LocalSandbox() as box:
+            result = await box.exec("seq 1 100000; echo done >&2", user="agent")
+            job = await box.wait(await box.start("seq 1 100000", user="agent"), budget=30)
+            return result, job
+
+    result, job = run(go())
+    expected = "".join(f"{i}\n" for i in range(1, 100001))
+    assert (result.stdout, result.stderr, result.truncated) == (expected, "done\n", False)
+    assert (job.stdout, job.truncated) == (expected, False)
+
+
+# --- relay variants ----------------------------------------------------------------------------------
+
+def test_an_idle_half_open_connection_frees_its_slot(tmp_path):
+    from agent_code.sandbox.relay import GatewayRelay
+
+    async def go():
+        async with _Gateway() as gateway, \
+                GatewayRelay(gateway.url, tmp_path / "r.sock", max_connections=2, idle_timeout=0.5) as relay:
+            held = [await asyncio.open_unix_connection(str(tmp_path / "r.sock")) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            refused = await asyncio.open_unix_connection(str(tmp_path / "r.sock"))   # the third: closed at once
+            third = await asyncio.wait_for(refused[0].read(), 5)
+            ended = [await asyncio.wait_for(r.read(), 5) for r, _ in held]   # idle: closed by the relay
+            await asyncio.sleep(0.1)
+            answer = await _get(tmp_path / "r.sock")                          # the slots are free again
+            for _, w in (*held, refused):
+                w.close()
+            return third, ended, answer, relay.refused
+
+    third, ended, answer, refused = run(go())
+    assert third == b"" and ended == [b"", b""] and refused == 1
+    assert answer.endswith(b"\r\n\r\nok")
+
+
+def test_a_connection_past_its_byte_budget_is_ended(tmp_path):
+    from agent_code.sandbox.relay import GatewayRelay
+
+    async def go():
+        async with _Gateway() as gateway, GatewayRelay(gateway.url, tmp_path / "r.sock", max_bytes=4096):
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "r.sock"))
+            writer.write(b"GET / HTTP/1.1\r\n" + b"x-pad: " + b"a" * 100_000 + b"\r\n\r\n")
+            got = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return got, await _get(tmp_path / "r.sock")
+
+    got, small = run(go())
+    assert got == b"" and small.endswith(b"\r\n\r\nok")   # the big one ended unanswered; a small one passes
+
+
+@isolated_only
+def test_a_flood_from_inside_the_sandbox_keeps_the_orchestrators_fds_bounded():
+    """2000 TCP connections held open by the agent through the in-namespace relay: the host holds
+    a bounded number of fds, and once the flood ends the agent's own request goes through."""
+    flood = ("import socket, time\nheld = []\nfor _ in range(2000):\n    s = socket.socket()\n"
+             "    try:\n        s.connect(('127.0.0.1', PORT))\n    except OSError:\n        s.close(); continue\n"
+             "    held.append(s)\nprint(len(held), flush=True)\ntime.sleep(60)\n")
+
+    async def go():
+        async with _Gateway() as gateway, LocalSandbox() as box:
+            inside = await box.expose_gateway(gateway.url)
+            port = inside.rsplit(":", 1)[1]
+            before = _fds()
+            job = await box.start(f"python -c {shlex.quote(flood.replace('PORT', port))}", user="agent")
+            deadline = time.monotonic() + 60
+            while not Path(job.log_path).read_text().strip() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)
+            grown, at_gateway = _fds() - before, gateway.open
+            await box.kill(job)
+            await asyncio.sleep(0.5)
+            after = await box.exec(["curl", "-s", "--max-time", "5", inside + "/v1/x"], user="agent", timeout=30)
+            return grown, at_gateway, after
+
+    grown, at_gateway, after = run(go())
+    assert grown <= 3 * 64 + 16 and at_gateway <= 64, (grown, at_gateway)
+    assert after.stdout == "ok", after.output()
