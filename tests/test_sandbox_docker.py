@@ -30,7 +30,6 @@ from agent_code.sandbox import SandboxError, create_sandbox
 from agent_code.sandbox.docker import (
     DockerSandbox,
     ended_by_timeout,
-    file_from_tar,
     killing_timeout,
     tar_file,
     tar_tree,
@@ -80,12 +79,11 @@ def test_tar_helpers_round_trip(tmp_path):
     assert members["run.sh"].mode & 0o777 == 0o755 and members["link"].issym()
 
     single = tar_file("notes.txt", b"hello", mode=0o600, uid=7, gid=8)
-    assert file_from_tar(single, "/x/notes.txt") == b"hello"
     with tarfile.open(fileobj=io.BytesIO(single)) as tar:
         (info,) = tar.getmembers()
+        content = tar.extractfile(info)
+        assert content is not None and content.read() == b"hello"
     assert (info.name, info.mode, info.uid, info.gid) == ("notes.txt", 0o600, 7, 8)
-    with pytest.raises(IsADirectoryError):
-        file_from_tar(tar_tree(tmp_path), str(tmp_path))
 
 
 # --- the backend through a local stand-in for the Docker SDK -----------------------------------
@@ -485,3 +483,30 @@ def test_the_image_and_the_harness_pin_the_same_client_dependencies():
     script = (Path(__file__).resolve().parents[1] / "scripts" / "docker-setup.sh").read_text()
     pins = re.search(r'^PIP_PKGS="([^"]+)"', script, re.MULTILINE)
     assert pins and tuple(pins.group(1).split()) == CLIENT_DEPS
+
+
+@needs_engine
+def test_engine_reads_what_the_agent_leaves_bounded():
+    """In a real container: a job log swapped for a FIFO, a job log made 100 GB through its own
+    stdout, a symlink to /dev/zero and to a FIFO: each read ends at once, none of it whole."""
+    grow = ("import os; os.write(1, b'{}\\n'); os.ftruncate(1, 100 << 30); os.lseek(1, 0, os.SEEK_END); "
+            "os.write(1, b'\\nEND\\n')")
+
+    async def go():
+        async with create_sandbox("docker") as box:
+            fifo_job = await box.start('for f in "$HOME"/.jobs/*.log; do rm -f "$f"; mkfifo "$f"; done', user="agent")
+            started = time.monotonic()
+            fifo_done = await asyncio.wait_for(box.wait(fifo_job, budget=30), 60)
+            fifo_took = time.monotonic() - started
+            sparse = await box.wait(await box.start(f"python3 -c {shlex.quote(grow)}", user="agent"), budget=30)
+            made = await box.exec("mkfifo pipe && ln -s /dev/zero zero && ln -s pipe to-pipe", user="agent",
+                                  cwd=box.home)
+            assert made.ok, made.output()
+            for name in ("pipe", "zero", "to-pipe"):
+                with pytest.raises(SandboxError, match="not a regular file"):
+                    await box.read_file(f"{box.home}/{name}")
+            return fifo_done, fifo_took, sparse
+
+    fifo_done, fifo_took, sparse = run(go())
+    assert fifo_done.exit_code == 0 and fifo_done.stdout == "" and "not read" in fifo_done.stderr and fifo_took < 20
+    assert sparse.exit_code == 0 and sparse.stdout == "END\n" and sparse.truncated

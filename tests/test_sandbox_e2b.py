@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -274,3 +276,38 @@ def test_the_agent_reaches_the_public_gateway_url_from_the_sandbox(fake, monkeyp
     finally:
         server.shutdown()
     assert inside == f"http://127.0.0.1:{server.server_port}" and reached.stdout.strip() == "gateway here"
+
+
+def test_what_the_agent_leaves_in_its_jobs_and_home_is_read_bounded(fake):
+    """PollingJobs read through a command in the box: a job log swapped for a FIFO, a job log made
+    100 GB through its own stdout, a symlink to /dev/zero and to a FIFO: each read ends at once,
+    none of it whole; a regular file (the control) reads as before."""
+    grow = ("import os; os.write(1, b'{}\\n'); os.ftruncate(1, 100 << 30); os.lseek(1, 0, os.SEEK_END); "
+            "os.write(1, b'\\nEND\\n')")
+
+    async def go():
+        async with e2b(fake) as box:
+            fifo_job = await box.start('for f in "$HOME"/.jobs/*.log; do rm -f "$f"; mkfifo "$f"; done', user="agent")
+            started = time.monotonic()
+            fifo_done = await asyncio.wait_for(box.wait(fifo_job, budget=30), 40)
+            fifo_took = time.monotonic() - started
+            sparse = await box.wait(await box.start(f"{sys.executable} -c {shlex.quote(grow)}", user="agent"), budget=30)
+            made = await box.exec("mkfifo pipe && ln -s /dev/zero zero && ln -s pipe to-pipe && echo hi > real",
+                                  user="agent", cwd=box.home)
+            assert made.ok, made.output()
+            refused = {}
+            for name in ("pipe", "zero", "to-pipe"):
+                started = time.monotonic()
+                with pytest.raises(SandboxError, match="not a regular file"):
+                    await box.read_file(f"{box.home}/{name}")
+                refused[name] = time.monotonic() - started
+            with pytest.raises(IsADirectoryError):
+                await box.read_file(box.home)
+            tail = await box.read_tail(f"{box.home}/real", 2)
+            return fifo_done, fifo_took, sparse, refused, await box.read_file(f"{box.home}/real"), tail
+
+    fifo_done, fifo_took, sparse, refused, real, tail = run(go())
+    assert fifo_done.exit_code == 0 and fifo_done.stdout == "" and "not read" in fifo_done.stderr and fifo_took < 10
+    assert sparse.exit_code == 0 and sparse.stdout == "END\n" and sparse.truncated
+    assert max(refused.values()) < 10, refused
+    assert real == b"hi\n" and (tail.data, tail.cut) == (b"i\n", 1)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from agent_code.sandbox.base import Sandbox, SandboxError
+from agent_code.sandbox.untrusted import STDERR_LIMIT, shown
 
 
 class HarnessError(Exception):
@@ -63,6 +64,7 @@ class AgentRun:
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     stderr: str = ""         # the CLI's stderr (its plain-text messages), kept out of the log
+    log_truncated: bool = False   # the log is the tail of a longer one (the sandbox's log cap), from a line start
 
 
 def find_host_binary(name: str, candidates: Iterable[str | os.PathLike | None] = ()) -> str | None:
@@ -104,12 +106,16 @@ class CliHarness:
         except (HarnessError, SandboxError, OSError) as exc:
             return AgentRun(None, False, time.monotonic() - start, "", error=f"launch failed: {exc}")
         result = await box.wait(job, budget=budget)
+        # the stderr file lies in the agent's home: the agent may have made it anything (a FIFO, a
+        # symlink, a sparse 100 GB file); its tail is read as the agent, as a regular file only
         try:
-            stderr = (await box.read_file(launch.stderr_path)).decode(errors="replace")
-        except Exception:   # never written (killed before the shell opened it), or unreadable
+            stderr = shown(await box.read_tail(launch.stderr_path, STDERR_LIMIT, user="agent")).decode(errors="replace")
+        except FileNotFoundError:   # never written (killed before the shell opened it)
             stderr = ""
+        except (SandboxError, OSError) as exc:
+            stderr = f"[agent-code: the agent's stderr file was not read: {exc}]\n"
         return AgentRun(result.exit_code, result.timed_out, time.monotonic() - start, result.stdout,
-                        stderr=result.stderr + stderr)
+                        stderr=result.stderr + stderr, log_truncated=result.truncated)
 
 
 def cat_prompt(launch: Launch) -> str:

@@ -16,6 +16,12 @@ Detached commands write their output to a log file and, when they end, their exi
 marker file beside it; :meth:`Sandbox.wait` polls the marker, so a long agent run survives a
 dropped connection to a remote sandbox. At the budget the whole process group is killed.
 Leaving the context kills everything still running in the sandbox and removes it.
+
+Everything read back out of a sandbox (:meth:`Sandbox.read_file`, :meth:`Sandbox.read_tail`, a
+job's log, a command's output) is the agent's to shape, so it is read as untrusted input: a regular
+file only (never a FIFO, a device, a symlink, a directory), in bounded time and bounded bytes, off
+the event loop (:mod:`agent_code.sandbox.untrusted`). What a cap left out is said:
+``ExecResult.truncated``, :attr:`Capped.cut <agent_code.sandbox.untrusted.Capped.cut>`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import asyncio
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Protocol, runtime_checkable
+
+if TYPE_CHECKING:   # untrusted.py raises this module's SandboxError: imported where used, below
+    from agent_code.sandbox.untrusted import Capped
 
 USERS = ("root", "agent")
 
@@ -40,6 +49,7 @@ class ExecResult:
     stderr: str = ""
     duration: float = 0.0
     timed_out: bool = False
+    truncated: bool = False        # stdout or stderr (a job's log) was cut to its cap: bytes left out
 
     @property
     def ok(self) -> bool:
@@ -60,6 +70,7 @@ class Job:
     marker_path: str
     started: float = field(default_factory=time.monotonic)
     handle: asyncio.subprocess.Process | int | None = None   # backend-specific (a local process, a remote pid)
+    user: str = "root"             # who runs it: its log and marker are read with that user's rights
 
 
 @runtime_checkable
@@ -77,7 +88,17 @@ class Sandbox(Protocol):
 
     async def write_file(self, path: str, data: str | bytes, *, user: str = "root", mode: int = 0o644) -> None: ...
 
-    async def read_file(self, path: str) -> bytes: ...
+    async def read_file(self, path: str, *, user: str = "root") -> bytes:
+        """The regular file at ``path``, whole: :class:`FileNotFoundError` when there is none,
+        :class:`IsADirectoryError` for a directory, :class:`SandboxError` for anything else (a FIFO, a device, a symlink, a directory) or a file
+        larger than :data:`~agent_code.sandbox.untrusted.READ_LIMIT`. Remote backends read it with
+        ``user``'s rights."""
+        ...
+
+    async def read_tail(self, path: str, limit: int, *, user: str = "root") -> "Capped":
+        """The last ``limit`` bytes at most of the regular file at ``path``, and how many bytes
+        before them were left out; errors as :meth:`read_file`."""
+        ...
 
     async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None: ...
 
@@ -105,6 +126,11 @@ def check_user(user: str) -> str:
     return user
 
 
+def resolve(path: str, workdir: str) -> str:
+    """A sandbox path: absolute as it is, relative to ``workdir``."""
+    return path if path.startswith("/") else f"{workdir.rstrip('/')}/{path}"
+
+
 def as_shell(cmd: str | list[str]) -> str:
     """A command line for ``sh -c``: a string as it is, an argv list quoted."""
     return cmd if isinstance(cmd, str) else shlex.join(cmd)
@@ -118,10 +144,13 @@ def marker_wrapped(cmd: str, log_path: str, marker_path: str) -> str:
 
 
 class PollingJobs:
-    """``start``/``wait``/``kill`` for backends that only have ``exec`` and ``read_file``: the job
-    runs under ``setsid`` in the background, ``wait`` polls its marker file."""
+    """``start``/``wait``/``kill`` for backends that only have ``exec``: the job runs under
+    ``setsid`` in the background, ``wait`` polls its marker file. Files are read by a command in
+    the sandbox (:func:`~agent_code.sandbox.untrusted.read_command`): a regular file only, its
+    tail only, with the reader's rights, ended at a time cap."""
 
     poll_interval = 0.2
+    read_cwd: str | None = None   # where the reading command runs (None: the backend's default)
 
     async def start(self, cmd: str, *, user: str = "root", env: Mapping[str, str] | None = None,
                     cwd: str | None = None) -> Job:
@@ -129,7 +158,7 @@ class PollingJobs:
 
         job_id = uuid.uuid4().hex[:12]
         base = f"{self.home}/.jobs/{job_id}"  # type: ignore[attr-defined]
-        job = Job(job_id, cmd, f"{base}.log", f"{base}.exit")
+        job = Job(job_id, cmd, f"{base}.log", f"{base}.exit", user=user)
         inner = marker_wrapped(cmd, job.log_path, job.marker_path)
         launch = (f"mkdir -p {shlex.quote(self.home)}/.jobs && "  # type: ignore[attr-defined]
                   f"setsid sh -c {shlex.quote(inner)} >/dev/null 2>&1 & echo $!")
@@ -139,29 +168,53 @@ class PollingJobs:
         job.handle = int(result.stdout.strip())
         return job
 
+    async def read_tail(self, path: str, limit: int, *, user: str = "root") -> Capped:
+        from agent_code.sandbox import untrusted
+
+        path = resolve(path, self.workdir)  # type: ignore[attr-defined]
+        result = await self.exec(untrusted.read_command(path, limit), user=user,  # type: ignore[attr-defined]
+                                 cwd=self.read_cwd, timeout=untrusted.READ_SECONDS)
+        return untrusted.parse_read(result, path)
+
+    async def read_file(self, path: str, *, user: str = "root") -> bytes:
+        from agent_code.sandbox.untrusted import READ_LIMIT
+
+        path = resolve(path, self.workdir)  # type: ignore[attr-defined]
+        capped = await self.read_tail(path, READ_LIMIT, user=user)
+        if capped.truncated:
+            raise SandboxError(f"{path} is larger than {READ_LIMIT} bytes: not read")
+        return capped.data
+
     async def _exit_code(self, job: Job) -> int | None:
-        try:
-            raw = await self.read_file(job.marker_path)  # type: ignore[attr-defined]
+        try:   # a few bytes: an agent's 100 GB marker costs nothing, and is no exit code
+            text = (await self.read_tail(job.marker_path, 64, user=job.user)).data.decode(errors="replace").strip()
         except (FileNotFoundError, SandboxError):
             return None
-        text = raw.decode(errors="replace").strip()
         return int(text) if text.lstrip("-").isdigit() else None
 
-    async def _log(self, job: Job) -> str:
+    async def _log(self, job: Job, result: ExecResult) -> ExecResult:
+        """``result`` with the job's log (its tail, at most ``LOG_LIMIT`` bytes) as its stdout."""
+        from agent_code.sandbox.untrusted import LOG_LIMIT, whole_lines
+
         try:
-            return (await self.read_file(job.log_path)).decode(errors="replace")  # type: ignore[attr-defined]
-        except (FileNotFoundError, SandboxError):
-            return ""
+            log = whole_lines(await self.read_tail(job.log_path, LOG_LIMIT, user=job.user))
+        except FileNotFoundError:
+            return result
+        except SandboxError as exc:
+            result.stderr = f"[agent-code: the job's log was not read: {exc}]\n"
+            return result
+        result.stdout, result.truncated = log.data.decode(errors="replace"), log.truncated
+        return result
 
     async def wait(self, job: Job, budget: float | None = None) -> ExecResult:
         deadline = None if budget is None else job.started + budget
         while True:
             code = await self._exit_code(job)
             if code is not None:
-                return ExecResult(code, await self._log(job), "", time.monotonic() - job.started)
+                return await self._log(job, ExecResult(code, duration=time.monotonic() - job.started))
             if deadline is not None and time.monotonic() >= deadline:
                 await self.kill(job)
-                return ExecResult(None, await self._log(job), "", time.monotonic() - job.started, timed_out=True)
+                return await self._log(job, ExecResult(None, duration=time.monotonic() - job.started, timed_out=True))
             await asyncio.sleep(self.poll_interval)
 
     async def kill(self, job: Job) -> None:

@@ -33,7 +33,10 @@ reap orphans). Everything else goes through the engine's API:
   its timeout is enforced inside the container by ``timeout -s KILL``, which kills the
   command's whole process group (see :func:`killing_timeout`).
 * ``write_file``/``upload`` send a tar archive built in memory (``put_archive``), its members
-  owned by the writing user; ``read_file`` unpacks ``get_archive``'s.
+  owned by the writing user; ``read_file``/``read_tail`` are :class:`~agent_code.sandbox.base.
+  PollingJobs`'s: a command in the container that reads a regular file only, its tail at most,
+  with the reader's rights, under ``timeout`` (a FIFO or a sparse 100 GB file the agent left
+  costs the orchestrator a bounded exec, never a hang or the file's size in memory).
 * detached jobs are :class:`~agent_code.sandbox.base.PollingJobs` (``setsid`` + marker file),
   killed with a ``kill`` that dash accepts too (:func:`kill_group_command`).
 * ``__aexit__`` removes the container with ``force=True``, which kills whatever still runs,
@@ -45,6 +48,9 @@ blocking SDK call runs in a thread (``asyncio.to_thread``). An engine that canno
 engine must run on this machine (the relay's socket directory is a bind mount).
 
 The pure helpers at the top (timeouts, tar archives) are shared with the E2B backend.
+
+Not capped yet: a command's own output (``exec_run`` collects it whole in the Docker SDK); the
+reads above are bounded by their command.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
+from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user, resolve
 
 if TYPE_CHECKING:   # the Docker SDK is imported when a sandbox starts, not with this module
     from docker import DockerClient
@@ -148,28 +154,11 @@ def tar_tree(source: str | Path, *, uid: int = 0, gid: int = 0, compress: bool =
     return buffer.getvalue()
 
 
-def file_from_tar(archive: bytes, path: str) -> bytes:
-    """The content of the one regular file in a tar archive (what ``get_archive`` returns for a
-    file); :class:`IsADirectoryError` when the archive holds a directory."""
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for info in tar:
-            if info.isfile():
-                extracted = tar.extractfile(info)
-                return extracted.read() if extracted else b""
-            if info.isdir():
-                raise IsADirectoryError(path)
-    raise SandboxError(f"no regular file at {path} (got an archive without one)")
-
-
-def resolve(path: str, workdir: str) -> str:
-    """A sandbox path: absolute as it is, relative to ``workdir``."""
-    return path if path.startswith("/") else f"{workdir.rstrip('/')}/{path}"
-
-
 # --- the backend ---------------------------------------------------------------------------
 
 class DockerSandbox(PollingJobs):
     name = "docker"
+    read_cwd = "/"   # reads work whatever the agent did to its workspace
 
     def __init__(self, image: str | None = None, *, workdir: str = "/workspace",
                  home: str = "/home/agent", agent_user: str = "agent", base_url: str | None = None,
@@ -372,24 +361,6 @@ class DockerSandbox(PollingJobs):
         payload = data.encode() if isinstance(data, str) else data
         parent, name = os.path.split(path)
         await self._put(parent or "/", tar_file(name, payload, mode=mode, uid=uid, gid=gid), user)
-
-    async def read_file(self, path: str) -> bytes:
-        import docker
-
-        container = self._container_or_fail()
-        path = resolve(path, self.workdir)
-
-        def fetch() -> bytes:
-            chunks, _stat = container.get_archive(path)
-            return b"".join(chunks)
-
-        try:
-            archive = await asyncio.to_thread(fetch)
-        except docker.errors.NotFound:
-            raise FileNotFoundError(path) from None
-        except docker.errors.APIError as e:
-            raise SandboxError(f"could not read {path}: {e}") from e
-        return file_from_tar(archive, path)
 
     async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None:
         source, dest = Path(local_path), resolve(dest, self.workdir)

@@ -30,7 +30,9 @@ or as the only URL there is) is refused with a :class:`SandboxError` saying what
 the deadline, see :func:`~agent_code.sandbox.docker.killing_timeout`); should the command's
 stream outlive that by ``TIMEOUT_GRACE`` the process is killed over envd. ``upload`` of a
 directory sends one gzipped tar (``POST /files``) and unpacks it with ``tar`` as the user.
-Detached jobs are :class:`~agent_code.sandbox.base.PollingJobs`. The VM's own lifetime
+Detached jobs are :class:`~agent_code.sandbox.base.PollingJobs`, and so are
+``read_file``/``read_tail``: a command in the VM that reads a regular file only, its tail at most,
+under ``timeout`` (envd's ``GET /files`` would read a FIFO or a sparse 100 GB file whole). The VM's own lifetime
 (``lifetime`` seconds, E2B's sandbox ``timeout``) bounds everything; leaving the context kills
 it. Every SDK failure becomes a :class:`SandboxError` saying what was being done.
 """
@@ -47,13 +49,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user
+from agent_code.sandbox.base import ExecResult, Job, PollingJobs, SandboxError, as_shell, check_user, resolve
 from agent_code.sandbox.docker import (
     TIMEOUT_GRACE,
     ended_by_timeout,
     kill_group_command,
     killing_timeout,
-    resolve,
     tar_tree,
 )
 
@@ -135,10 +136,6 @@ class E2BSandbox(PollingJobs):
         except (SandboxError, FileNotFoundError, asyncio.CancelledError):
             raise
         except Exception as e:
-            from e2b.exceptions import NotFoundException
-
-            if isinstance(e, NotFoundException) and doing.startswith("read "):
-                raise FileNotFoundError(doing.removeprefix("read ")) from e
             where = f"sandbox {self.sandbox_id}" if self._box is not None else self._where()
             raise SandboxError(f"E2B ({where}): could not {doing}: {type(e).__name__}: {e}") from e
 
@@ -242,13 +239,6 @@ class E2BSandbox(PollingJobs):
                                               request_timeout=self.request_timeout)
         if mode != 0o644:
             await self._must(f"chmod {mode:o} {shlex.quote(path)}", user, f"could not chmod {path}")
-
-    async def read_file(self, path: str) -> bytes:
-        path = resolve(path, self.workdir)
-        async with self._sdk(f"read {path}"):
-            data = await self._running().files.read(path, format="bytes", user="root",
-                                                    request_timeout=self.request_timeout)
-        return bytes(data)
 
     async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None:
         source, dest = Path(local_path), resolve(dest, self.workdir)

@@ -66,6 +66,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, check_user
 from agent_code.sandbox.relay import GatewayRelay, gateway_address
+from agent_code.sandbox.untrusted import (
+    LOG_LIMIT,
+    OUTPUT_LIMIT,
+    Capped,
+    HeadTail,
+    read_capped,
+    read_whole,
+    shown,
+    whole_lines,
+)
 
 T = TypeVar("T")
 
@@ -128,7 +138,8 @@ class LocalSandbox:
 
     def __init__(self, *, isolate: bool | str = "auto", hide: Sequence[str] = (), max_procs: int = 1024,
                  tool_paths: Sequence[str] | None = None, base_dir: str | None = None, keep: bool = False,
-                 private_tmp: bool = True) -> None:
+                 private_tmp: bool = True, output_limit: int = OUTPUT_LIMIT, log_limit: int = LOG_LIMIT,
+                 relay_options: Mapping[str, Any] | None = None) -> None:
         if isolate == "auto":
             isolate = isolation_available()
         elif isolate and not isolation_available():
@@ -142,6 +153,8 @@ class LocalSandbox:
         self.tool_paths = [str(Path(sys.executable).parent)] if tool_paths is None else [str(p) for p in tool_paths]
         self.base_dir = base_dir
         self.keep = keep
+        self.output_limit, self.log_limit = output_limit, log_limit   # bytes kept of a stream / a job's log
+        self.relay_options = dict(relay_options or {})   # GatewayRelay's caps (max_connections, idle_timeout, ...)
         self.id = secrets.token_hex(6)
         self.uid = self.gid = _pick_uid() if self.isolated else os.getuid()
         self.exposed: list[Path] = []
@@ -322,20 +335,36 @@ class LocalSandbox:
             self._kill_group(proc)  # what the command left running in its group goes with it
             self._procs.discard(proc)
 
+    async def _collect(self, proc: asyncio.subprocess.Process, kept: tuple[HeadTail, HeadTail]) -> None:
+        """Read both pipes to their ends into ``kept`` (what lies past the caps is dropped as it comes),
+        then wait for the process."""
+        async def drain(stream: asyncio.StreamReader | None, into: HeadTail) -> None:
+            while stream is not None and (data := await stream.read(65536)):
+                into.feed(data)
+
+        await asyncio.gather(drain(proc.stdout, kept[0]), drain(proc.stderr, kept[1]))
+        await proc.wait()
+
     async def exec(self, cmd: str | list[str], *, user: str = "root", env: Mapping[str, str] | None = None,
                    timeout: float | None = None, cwd: str | None = None) -> ExecResult:
+        """``cmd`` to its end (or its ``timeout``); of each of its stdout and stderr at most
+        ``output_limit`` bytes are kept, half from the start and half from the end, with a marker
+        where the cut is (``truncated`` says so)."""
         start = time.monotonic()
         proc = await self._spawn(cmd, user, env, cwd, asyncio.subprocess.PIPE, asyncio.subprocess.PIPE)
-        out, timed_out = await self._finish(proc, proc.communicate(), timeout)
-        stdout, stderr = out if out else (b"", b"")
-        return ExecResult(None if timed_out else proc.returncode, stdout.decode(errors="replace"),
-                          stderr.decode(errors="replace"), time.monotonic() - start, timed_out)
+        head = self.output_limit // 2
+        kept = (HeadTail(head, self.output_limit - head), HeadTail(head, self.output_limit - head))
+        _, timed_out = await self._finish(proc, self._collect(proc, kept), timeout)
+        out, err = (k.result() for k in kept)
+        return ExecResult(None if timed_out else proc.returncode, shown(out, head=head).decode(errors="replace"),
+                          shown(err, head=head).decode(errors="replace"), time.monotonic() - start, timed_out,
+                          truncated=out.truncated or err.truncated)
 
     async def start(self, cmd: str, *, user: str = "root", env: Mapping[str, str] | None = None,
                     cwd: str | None = None) -> Job:
         job_id = secrets.token_hex(6)
         jobs = self.root / ".jobs"
-        job = Job(job_id, cmd, str(jobs / f"{job_id}.log"), str(jobs / f"{job_id}.exit"))
+        job = Job(job_id, cmd, str(jobs / f"{job_id}.log"), str(jobs / f"{job_id}.exit"), user=user)
         with open(job.log_path, "wb") as log:
             job.handle = await self._spawn(cmd, user, env, cwd, log, asyncio.subprocess.STDOUT)
         return job
@@ -347,8 +376,16 @@ class LocalSandbox:
         _, timed_out = await self._finish(proc, proc.wait(), remaining)
         code = None if timed_out else proc.returncode
         Path(job.marker_path).write_text("killed\n" if code is None else f"{code}\n")
-        log = Path(job.log_path).read_bytes().decode(errors="replace") if Path(job.log_path).exists() else ""
-        return ExecResult(code, log, "", time.monotonic() - job.started, timed_out)
+        result = ExecResult(code, "", "", time.monotonic() - job.started, timed_out)
+        try:   # the agent held the log as its stdout (lseek, ftruncate: 100 GB, sparse): its tail only
+            log = whole_lines(await self.read_tail(job.log_path, self.log_limit))
+        except FileNotFoundError:
+            return result
+        except SandboxError as exc:
+            result.stderr = f"[agent-code: the job's log was not read: {exc}]\n"
+            return result
+        result.stdout, result.truncated = log.data.decode(errors="replace"), log.truncated
+        return result
 
     async def kill(self, job: Job) -> None:
         proc = job.handle
@@ -381,8 +418,18 @@ class LocalSandbox:
     async def give_to_agent(self, path: str) -> None:
         await asyncio.to_thread(self._own_tree, self._inside(path))
 
-    async def read_file(self, path: str) -> bytes:
-        return self._inside(path).read_bytes()
+    async def read_file(self, path: str, *, user: str = "root") -> bytes:
+        """The regular file at ``path`` whole (see :meth:`Sandbox.read_file`): below the sandbox's
+        root no symlink is followed, a FIFO or a device is never opened for reading."""
+        return await asyncio.to_thread(read_whole, self._inside(path), base=self._base())
+
+    async def read_tail(self, path: str, limit: int, *, user: str = "root") -> Capped:
+        """The tail of the regular file at ``path`` (see :meth:`Sandbox.read_tail`), read in
+        O(``limit``) whatever the file's size, off the event loop."""
+        return await asyncio.to_thread(read_capped, self._inside(path), head=0, tail=limit, base=self._base())
+
+    def _base(self) -> Path | None:
+        return None if self.root == Path() else self.root
 
     async def upload(self, local_path: str, dest: str, *, user: str = "root") -> None:
         source, target = Path(local_path), self._inside(dest)
@@ -412,7 +459,7 @@ class LocalSandbox:
         self._own(relay_dir)
         socket_path = relay_dir / "gateway.sock"
         try:
-            self._relay = await GatewayRelay(url, socket_path, owner=(self.uid, self.gid)).start()
+            self._relay = await GatewayRelay(url, socket_path, owner=(self.uid, self.gid), **self.relay_options).start()
         except OSError as exc:
             raise SandboxError(f"cannot start the gateway relay: {exc}") from exc
         inside_host = host if _is_ipv4_loopback(host) else "127.0.0.1"

@@ -17,6 +17,14 @@ address and nowhere else. A socket path too long for a Unix socket address (108 
 ``TMPDIR``) is bound, and reached by :func:`relay_inside.serve`, through an ``O_PATH``
 descriptor of its directory (``/proc/self/fd/N/NAME``).
 
+**Budgets** (per relay, i.e. per sandbox; constructor options): at most ``max_connections`` open
+at once (default 32) — one more is closed as soon as it is accepted, the sandbox's own problem,
+so however many the agent opens, the orchestrator holds at most ``2 * max_connections`` fds and
+the gateway ``max_connections`` connections for it, and other sandboxes' relays and the gateway
+itself go on unaffected; a connection with no byte either way for ``idle_timeout`` seconds
+(default 900) is closed (half-open ones do not hold their slots for ever); ``max_bytes`` (default
+none) ends a connection past that many bytes, both ways together.
+
 In the local sandbox (:meth:`LocalSandbox.expose_gateway`) the socket is
 ``<sandbox>/.relay/gateway.sock`` (owned by the agent's uid, 0600, in a 0700 dir), bind-mounted
 at the same path into each agent command's root; the in-namespace end is forked by
@@ -30,6 +38,7 @@ import contextlib
 import os
 import socket
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlsplit
 
 from agent_code.sandbox.base import SandboxError
@@ -38,6 +47,8 @@ INSIDE_SCRIPT = Path(__file__).with_name("relay_inside.py")
 CHUNK = 65536
 CONNECT_TIMEOUT = 10.0
 UNIX_PATH_MAX = 100   # sun_path holds 108 bytes
+MAX_CONNECTIONS = 32  # open at once through one sandbox's relay
+IDLE_TIMEOUT = 900.0  # seconds without a byte either way
 
 
 def gateway_address(url: str) -> tuple[str, int]:
@@ -48,10 +59,13 @@ def gateway_address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-    """Copy until EOF (passed on as a half-close): True; False when either side failed."""
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, moved: Callable[[int], bool]) -> bool:
+    """Copy until EOF (passed on as a half-close): True; False when either side failed or
+    ``moved`` (told each chunk's size) says the connection has had enough."""
     try:
         while data := await reader.read(CHUNK):
+            if not moved(len(data)):
+                return False
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
@@ -64,13 +78,18 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> b
 class GatewayRelay:
     """A Unix socket at ``socket_path`` forwarding to the gateway at ``target_url``.
 
-    ``owner`` (uid, gid) and ``mode`` set who may connect (the sandbox's agent user)."""
+    ``owner`` (uid, gid) and ``mode`` set who may connect (the sandbox's agent user);
+    ``max_connections``, ``idle_timeout`` and ``max_bytes`` are its budgets (module docstring)."""
 
     def __init__(self, target_url: str, socket_path: str | os.PathLike, *, owner: tuple[int, int] | None = None,
-                 mode: int = 0o600) -> None:
+                 mode: int = 0o600, max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT,
+                 max_bytes: int | None = None) -> None:
         self.host, self.port = gateway_address(target_url)
         self.socket_path = Path(socket_path)
         self.owner, self.mode = owner, mode
+        self.max_connections, self.idle_timeout, self.max_bytes = max_connections, idle_timeout, max_bytes
+        self.refused = 0   # connections closed at once: past max_connections
+        self._closing = False
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
@@ -100,6 +119,7 @@ class GatewayRelay:
 
     def stop(self) -> None:
         """Stop accepting, synchronously (for a clean-up that cannot await): the socket goes."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for task in list(self._conns):
@@ -108,36 +128,60 @@ class GatewayRelay:
             self.socket_path.unlink()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._conns) >= self.max_connections:   # the sandbox's own problem: closed at once
+            self.refused += 1
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
         up_writer: asyncio.StreamWriter | None = None
         try:
-            try:   # always the gateway's address, whatever the client sends (CONNECT, Host: ...)
-                up_reader, opened = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                           CONNECT_TIMEOUT)
-            except (OSError, asyncio.TimeoutError):
-                return
-            up_writer = opened
-            down = asyncio.ensure_future(_copy(up_reader, writer))
-            up = asyncio.ensure_future(_copy(reader, opened))
-            try:
-                pending: set[asyncio.Future[bool]] = {up, down}
-                while pending:   # both ways to their ends; a failure on either side ends both
-                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if not all(f.result() for f in finished):
-                        break
-            finally:
-                for f in (up, down):
-                    f.cancel()
-                await asyncio.gather(up, down, return_exceptions=True)
+            async with asyncio.timeout(self.idle_timeout) as idle:
+                try:   # always the gateway's address, whatever the client sends (CONNECT, Host: ...)
+                    up_reader, opened = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                                               CONNECT_TIMEOUT)
+                except (OSError, asyncio.TimeoutError):
+                    return
+                up_writer = opened
+                await self._pump(reader, writer, up_reader, opened, idle)
+        except TimeoutError:   # idle for idle_timeout: the slot is freed
+            pass
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise   # (closing: ended quietly; asyncio's stream callback would log the cancellation)
         finally:
             for w in (up_writer, writer):
                 if w is not None:
                     w.close()
             self._conns.discard(task)
 
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, idle: asyncio.Timeout) -> None:
+        """Both ways to their ends; a failure on either side, or the byte budget spent, ends both.
+        Every chunk either way puts the idle deadline off again."""
+        loop, total = asyncio.get_running_loop(), [0]
+
+        def moved(size: int) -> bool:
+            total[0] += size
+            idle.reschedule(loop.time() + self.idle_timeout)
+            return self.max_bytes is None or total[0] <= self.max_bytes
+
+        down = asyncio.ensure_future(_copy(up_reader, writer, moved))
+        up = asyncio.ensure_future(_copy(reader, up_writer, moved))
+        try:
+            pending: set[asyncio.Future[bool]] = {up, down}
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if not all(f.result() for f in finished):
+                    break
+        finally:
+            for f in (up, down):
+                f.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+
     async def close(self) -> None:
+        self._closing = True
         if self._server is not None:
             self._server.close()
             for task in list(self._conns):

@@ -14,6 +14,8 @@ The command returns once the listener is bound (exit 0; non-zero with the reason
 otherwise), leaving a daemon behind that serves until its namespace (or container) goes away.
 The agent then reaches its gateway at the usual ``http://127.0.0.1:8000`` and nothing else:
 the namespace has no other interface, and the host's end connects only to the gateway.
+At most ``--max-connections`` (default 32, as the host's end) are relayed at once (two threads
+each); one more is closed as soon as it is accepted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import threading
 import time
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+MAX_CONNECTIONS = 32
 
 
 def loopback_up() -> None:
@@ -52,16 +55,20 @@ def _one_way(src: socket.socket, dst: socket.socket, done: threading.Semaphore) 
     done.release()
 
 
-def _pump(a: socket.socket, b: socket.socket) -> None:
+def _pump(a: socket.socket, b: socket.socket, slots: threading.Semaphore | None = None) -> None:
     """Copy bytes both ways, one thread per direction (a slow reader on one side never stalls
-    the other), until both sides have closed; then close both."""
+    the other), until both sides have closed; then close both (and give back the slot)."""
     done = threading.Semaphore(0)
-    threading.Thread(target=_one_way, args=(b, a, done), daemon=True).start()
-    _one_way(a, b, done)
-    done.acquire()
-    done.acquire()
-    a.close()
-    b.close()
+    try:
+        threading.Thread(target=_one_way, args=(b, a, done), daemon=True).start()
+        _one_way(a, b, done)
+        done.acquire()
+        done.acquire()
+    finally:
+        a.close()
+        b.close()
+        if slots is not None:
+            slots.release()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -87,23 +94,28 @@ def short_unix_path(path: str) -> str:
     return f"/proc/self/fd/{fd}/{os.path.basename(path)}"
 
 
-def serve(listener: socket.socket, socket_path: str) -> None:
-    """Forward every connection to ``listener`` to the Unix socket ``socket_path``, forever."""
+def serve(listener: socket.socket, socket_path: str, max_connections: int = MAX_CONNECTIONS) -> None:
+    """Forward every connection to ``listener`` to the Unix socket ``socket_path``, forever; at
+    most ``max_connections`` at once (one more is closed at once)."""
     socket_path = short_unix_path(socket_path)
+    slots = threading.Semaphore(max_connections)
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:
             time.sleep(0.1)   # e.g. out of file descriptors: wait, do not spin
             continue
+        if not slots.acquire(blocking=False):
+            conn.close()
+            continue
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.connect(socket_path)
-        except OSError:
+            threading.Thread(target=_pump, args=(conn, upstream, slots), daemon=True).start()
+        except (OSError, RuntimeError):   # no gateway end, or no thread to be had
             conn.close()
             upstream.close()
-            continue
-        threading.Thread(target=_pump, args=(conn, upstream), daemon=True).start()
+            slots.release()
 
 
 _serve = serve  # the name earlier callers used
@@ -117,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", help="the host end's Unix socket")
     parser.add_argument("--lo-up", action="store_true", help="bring the loopback interface up first")
     parser.add_argument("--foreground", action="store_true", help="serve here instead of as a daemon")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, help="relayed at once")
     args = parser.parse_args(argv)
     if bool(args.listen) != bool(args.socket) or not (args.listen or args.lo_up):
         parser.error("give --listen and --socket together (or only --lo-up)")
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"relay_inside: cannot listen on {args.listen}: {exc}", file=sys.stderr)
         return 1
     if args.foreground:
-        serve(listener, args.socket)
+        serve(listener, args.socket, args.max_connections)
         return 0
     if os.fork():
         return 0  # the listener is bound: the caller may start the agent now
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    serve(listener, args.socket)
+    serve(listener, args.socket, args.max_connections)
     return 0
 
 
