@@ -12,7 +12,7 @@ Nothing here is fatal to a run: a rollout that fails at any step is returned as 
 ``launch``, ``budget``, ``agent_crash``, ``empty_trajectory``, ``ungradable``, ``grade_error``,
 ``gateway``, ``interrupted``), and whatever samples it produced.
 
-Who caused a failure decides whether it counts (:data:`INFRA_ABORTS` in ``groups.py``): anything
+Who caused a failure decides whether it counts (:data:`INFRA_ABORTS`): anything
 the workspace's content causes is the model's outcome — ``ungradable`` (its changes could not be
 collected, applied or graded, while the task's baseline grades: ``grading.grade_change``) gets
 reward 0 and counts in its group like an honest failure; only what the harness, machine, task

@@ -317,6 +317,6 @@ async def collect_diff(box: Sandbox, baseline: str | None = None, *, timeout: fl
     if not result.ok:
         last = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
         raise DiffError(f"git could not read the workspace: {last[:500]}" if result.exit_code != 3 else last)
-    if getattr(result, "truncated", False):
+    if result.truncated:
         raise DiffError(f"the diff was cut off while it was read (over {max_bytes} bytes)")
     return result.stdout
