@@ -164,3 +164,39 @@ def test_each_breaker_really_ran_its_commands(group, k, name):
     assert len(results) == len(BREAKERS[name]), group.results[k].log[-3000:]
     assert all(r["name"] == "bash" and r["is_error"] is False and "[exit code: 0]" in r["content"]
                for r in results), results
+
+
+def test_filling_the_disk_is_the_models_zero_and_stops_nothing(tmp_path):
+    """The agent fills the filesystem its sandbox lives on (a 48 MiB tmpfs here, mounted for the
+    test): its rollout must end as its own zero, counted, and nothing about it may raise out of
+    the runner (a write of the harness's own failing with ENOSPC included)."""
+    import subprocess
+
+    from agent_code.rollout.runner import run_all
+
+    renderer = qwen25_renderer()
+    tasks = load_tasks(tasks_file(tmp_path))
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0755", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    os.chmod(tmp_path, 0o755)
+    s = f"{TASK}.0"
+    lines = [call("bash", {"command": "head -c 100M /dev/zero > fill.bin; df -k . | tail -1"}, s), say("Done.", s)]
+    saved, tempfile.tempdir = tempfile.tempdir, str(disk)
+    try:
+        with scripted_gateway(tmp_path, lines, renderer) as (url, _):
+            config = RolloutConfig(budget=120, max_steps=4, grade_timeout=GRADE_TIMEOUT)
+            results = asyncio.run(run_all(tasks, config, url))
+    finally:
+        tempfile.tempdir = saved
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    [result] = results
+    print(f"\nfull disk: {result.abort_reason}: {result.error}")
+    assert "fill.bin" in result.log or "No space" in result.log, result.log[-2000:]
+    assert result.abort_reason not in INFRA_ABORTS, (result.abort_reason, result.error)
+    assert result.reward == 0.0, (result.abort_reason, result.error)
+    group = Group.of(TASK, [(result, [])])
+    assert group.results == [result] and not group.left_out

@@ -179,10 +179,19 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
             launch = Launch(base_url=inside_url, session_id=session_id, model=config.model,
                             prompt=task.problem_statement, workdir=box.workdir, home=box.home,
                             max_steps=config.max_steps, tool_profile=config.tool_profile)
-            run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))
+            try:
+                run = await harness.run(box, launch, budget=float(getattr(task, "timeout", None) or config.budget))
+            except Exception as exc:   # reading the run back failed (a full disk): whose fault is it?
+                failure = f"the agent's run could not be read back: {type(exc).__name__}: {exc}"
+                if not await _sandbox_works(box):
+                    result.abort("launch", failure)
+                else:                  # the sandbox works: what the agent did there caused it
+                    result.abort("agent_crash", failure)
+                    run = AgentRun(None, False, time.monotonic() - started, "")
+        if run is not None:
             clock.lap("agent")
             result.agent_exit_code, result.log, result.stderr = run.exit_code, run.log, run.stderr
-            if run.error:
+            if run.error:             # (abort() keeps the first cause: a failed read-back above stays)
                 result.abort("launch", run.error)
             elif run.timed_out:
                 result.abort("budget", f"the agent ran past its budget of {config.budget:g} s and was killed")
@@ -194,8 +203,13 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
             except DiffError as exc:   # what the agent left cannot be read as a diff: its own outcome
                 result.reward, result.applied_cleanly = 0.0, False
                 result.abort("ungradable", f"the agent's changes could not be collected: {exc}")
-            except Exception as exc:
-                result.abort("grade_error", f"collecting the diff failed: {exc}")
+            except Exception as exc:   # the sandbox's own failure, unless it still works
+                failure = f"collecting the diff failed: {type(exc).__name__}: {exc}"
+                if await _sandbox_works(box):
+                    result.reward, result.applied_cleanly = 0.0, False
+                    result.abort("ungradable", failure)
+                else:
+                    result.abort("grade_error", failure)
             result.diff_bytes = len(result.diff.encode())
             clock.lap("diff")
     finally:
@@ -232,6 +246,15 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
     clock.lap("finish")
     result.timings["total"] = round(time.monotonic() - started, 4)
     return result, samples
+
+
+async def _sandbox_works(box: Any) -> bool:
+    """Whether the sandbox still runs a command: after a failure that followed the agent's run,
+    this tells the machine's failure (it does not) from one the agent's doing caused (it does)."""
+    try:
+        return (await box.exec("true", timeout=30)).ok
+    except Exception:   # noqa: BLE001
+        return False
 
 
 async def _finish(client: GatewayClient, result: RolloutResult) -> list[Sample] | None:

@@ -375,7 +375,10 @@ class LocalSandbox:
         remaining = None if budget is None else max(0.0, job.started + budget - time.monotonic())
         _, timed_out = await self._finish(proc, proc.wait(), remaining)
         code = None if timed_out else proc.returncode
-        Path(job.marker_path).write_text("killed\n" if code is None else f"{code}\n")
+        try:   # for readers of the marker; the agent may have filled the disk it lives on
+            Path(job.marker_path).write_text("killed\n" if code is None else f"{code}\n")
+        except OSError:
+            pass
         result = ExecResult(code, "", "", time.monotonic() - job.started, timed_out)
         try:   # the agent held the log as its stdout (lseek, ftruncate: 100 GB, sparse): its tail only
             log = whole_lines(await self.read_tail(job.log_path, self.log_limit))
