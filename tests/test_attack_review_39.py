@@ -89,7 +89,7 @@ def explain(group: Group) -> str:
                    "left out of the group, so the failing attempt escapes its zero")
 def test_an_agent_that_locks_its_workspace_directory_is_counted(tmp_path, monkeypatch):
     group = run_group(tmp_path, monkeypatch, {1: "chmod 000 ."}, samples=2)
-    assert not group.left_out, explain(group)
+    assert not group.left_out and not any(r.abort_reason in INFRA_ABORTS for r in group.results), explain(group)
     assert [r.reward for r in group.results] == [0.0, 0.0], explain(group)
 
 
