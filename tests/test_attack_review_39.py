@@ -1,8 +1,10 @@
-"""Attack review of issue 39 ("no reward dodged, no rollout stalls the run"): holes that remain.
-
-Each test reproduces one finding against the code as it is and is marked ``xfail(strict=True)``
-with the reason: it documents the hole, and starts failing (XPASS) once the hole is closed —
-then drop the mark.
+"""Attack review of issue 39 ("no reward dodged, no rollout stalls the run"): the holes an
+attacker found in its first fixes, each now closed (each test failed on the code it reviewed):
+``chmod 000`` on the workspace directory itself made the agent's failure the machine's; a
+directory 1,200 levels deep in the agent's home raised ``RecursionError`` out of the sandbox's
+teardown and ended the whole stream; tearing down a sandbox of 100,000 files held the event
+loop (and every sibling's relay) for seconds; and ``stream_groups`` kept every yielded group's
+rollouts (diffs, logs, samples) until the stream ended.
 
 Rollout-level attacks run real rollouts through ``stream_groups`` (real local sandboxes, a real
 gateway on loopback over a scripted engine, real grading) with one stand-in: the agent is a
@@ -83,18 +85,12 @@ def explain(group: Group) -> str:
 
 # --- 1. an agent's own workspace permissions end its rollout as the machine's failure ----------
 
-@pytest.mark.xfail(strict=True, reason="collect_diff first asks the agent user's ids (`id -u`, _agent_ids) with the "
-                   "workspace as its cwd, before it restores anything: after the agent's `chmod 000` on its workspace "
-                   "directory that is a TaskError (not DiffError), which run_rollout records as grade_error: infra, "
-                   "left out of the group, so the failing attempt escapes its zero")
 def test_an_agent_that_locks_its_workspace_directory_is_counted(tmp_path, monkeypatch):
     group = run_group(tmp_path, monkeypatch, {1: "chmod 000 ."}, samples=2)
     assert not group.left_out and not any(r.abort_reason in INFRA_ABORTS for r in group.results), explain(group)
     assert [r.reward for r in group.results] == [0.0, 0.0], explain(group)
 
 
-@pytest.mark.xfail(strict=True, reason="the same hole without a rollout: collect_diff's _agent_ids runs in the "
-                   "workspace the agent made unenterable and raises TaskError, not DiffError")
 def test_collect_diff_after_chmod_000_on_the_workspace_is_the_agents_outcome(tmp_path):
     async def go() -> BaseException | None:
         async with make_box() as box:
@@ -114,11 +110,6 @@ def test_collect_diff_after_chmod_000_on_the_workspace_is_the_agents_outcome(tmp
 DEEP_TREE = "cd $HOME && i=0; while [ $i -lt 1200 ]; do mkdir d && cd d || exit 1; i=$((i+1)); done"
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="LocalSandbox.terminate removes the sandbox with "
-                   "shutil.rmtree, recursive in Python 3.11 (one frame and one open fd per level): a directory 1,200 "
-                   "deep in the agent's home raises RecursionError (not an OSError, so ignore_errors does not hold "
-                   "it) out of box.__aexit__; run_rollout's finally lets it through, and stream_groups re-raises it "
-                   "in the consumer: one rollout's `mkdir` loop ends the trainer's whole stream")
 def test_a_deep_directory_in_the_agents_home_does_not_end_the_stream(tmp_path, monkeypatch):
     try:
         group = run_group(tmp_path, monkeypatch, {1: DEEP_TREE}, samples=2)
@@ -129,9 +120,6 @@ def test_a_deep_directory_in_the_agents_home_does_not_end_the_stream(tmp_path, m
 
 # --- 3. the teardown blocks the event loop: every sibling's relay stalls ------------------------
 
-@pytest.mark.xfail(strict=True, reason="LocalSandbox.close() -> terminate() runs shutil.rmtree on the event loop: "
-                   "30,000 files the agent left in its home hold the loop for ~0.5 s here (1.7 s for 100,000, "
-                   "linear: an agent makes a million in a minute); every sibling's gateway relay runs on that loop")
 def test_tearing_down_a_sandbox_full_of_files_does_not_block_the_event_loop():
     async def go() -> float:
         box = make_box()
@@ -160,11 +148,6 @@ def test_tearing_down_a_sandbox_full_of_files_does_not_block_the_event_loop():
 
 # --- 4. stream_groups keeps every finished rollout for the stream's whole life -----------------
 
-@pytest.mark.xfail(strict=True, reason="stream_groups' `finished` dict keeps each task's (RolloutResult, samples) "
-                   "after its Group was yielded, until the stream ends: each result holds its diff (up to "
-                   "max_diff_bytes, 16 MiB), its log tail (8 MiB) and stderr tail (1 MiB), each sample its token "
-                   "arrays; one stream over thousands of rollouts grows by ~25 MiB for every one a hostile policy "
-                   "fills, however the trainer drops the groups it consumed")
 def test_a_yielded_groups_rollouts_are_not_kept_by_the_stream(tmp_path, monkeypatch):
     import gc
     import weakref

@@ -130,8 +130,8 @@ async def stream_groups(tasks: Sequence[Task], config: RolloutConfig, gateway_ur
                 return
             bucket = finished.setdefault(task.id, [])
             bucket.append(pair)
-            if len(bucket) == n:
-                done.put_nowait(Group.of(task.id, bucket))
+            if len(bucket) == n:   # handed over: the stream keeps nothing of a yielded group
+                done.put_nowait(Group.of(task.id, finished.pop(task.id)))
 
         jobs = [asyncio.ensure_future(one(task, k)) for task in tasks for k in range(n)]
         kept = 0
@@ -147,7 +147,9 @@ async def stream_groups(tasks: Sequence[Task], config: RolloutConfig, gateway_ur
                         on_dropped(item)
                     continue
                 kept += 1
-                yield item
+                handed = [item]
+                del item           # the trainer holds the group now; this frame keeps nothing of it
+                yield handed.pop()
         finally:
             for job in jobs:
                 job.cancel()

@@ -140,12 +140,38 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
                       ) -> tuple[RolloutResult, list[Sample]]:
     """Run sample ``k`` of ``task`` against the gateway behind ``client``; never raises for a
     failed rollout (only for cancellation, after cleaning up). ``ids`` (rollout id, session id)
-    are minted here unless the caller did, so that it can name the session if the rollout dies."""
-    from agent_code.tasks import DiffError, collect_diff, grade_change, prepare_workspace
+    are minted here unless the caller did, so that it can name the session if the rollout dies.
 
+    Not even for a bug of ours: an unexpected exception is logged and ends this rollout alone —
+    after the agent ran, as ``ungradable`` (reward 0, counted: content the agent made may have
+    caused it, and a run must never let that dodge a zero), before, as ``boot``."""
     rollout_id, session_id = ids or rollout_ids(task.id, k)
     result = RolloutResult(rollout_id, task.id, k, session_id, config.agent)
     started = time.monotonic()
+    try:
+        return result, await _run_rollout(task, k, config, client, result, gateway_url, started)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:   # noqa: BLE001  (one rollout's failure, never the run's)
+        log.exception("rollout %s: unexpected error", rollout_id)
+        failure = f"internal error: {type(exc).__name__}: {exc}"
+        if "agent" in result.timings:
+            if result.reward is None:
+                result.reward = 0.0
+            result.abort("ungradable", failure)
+        else:
+            result.abort("boot", failure)
+        samples = await _finish(client, result) or []
+        result.timings["total"] = round(time.monotonic() - started, 4)
+        return result, samples
+
+
+async def _run_rollout(task: Task, k: int, config: RolloutConfig, client: GatewayClient, result: RolloutResult,
+                       gateway_url: str | None, started: float) -> list[Sample]:
+    """:func:`run_rollout`'s steps, filling ``result``; returns the samples."""
+    from agent_code.tasks import DiffError, collect_diff, grade_change, prepare_workspace
+
+    session_id, rollout_id = result.session_id, result.rollout_id
     clock = _Clock(result.timings)
     samples: list[Sample] = []
     try:
@@ -153,7 +179,7 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
     except GatewayClientError as exc:
         result.abort("gateway", str(exc))
         result.timings["total"] = round(time.monotonic() - started, 4)
-        return result, samples
+        return samples
     clock.lap("open")
     run: AgentRun | None = None
     inside_url: str | None = None
@@ -217,6 +243,8 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
             await box.__aexit__(None, None, None)
         except asyncio.CancelledError:  # cancelled again while cleaning up: it has done what it could
             pass
+        except Exception as exc:        # noqa: BLE001  (a teardown that failed loses nothing of the rollout)
+            log.warning("rollout %s: tearing its sandbox down failed: %s: %s", rollout_id, type(exc).__name__, exc)
         clock.lap("teardown")
 
     collected = result.abort_reason not in ("boot", "launch", "grade_error") and result.reward is None
@@ -245,7 +273,7 @@ async def run_rollout(task: Task, k: int, config: RolloutConfig, client: Gateway
                 log.warning("rollout %s: could not delete its gateway session: %s", rollout_id, exc)
     clock.lap("finish")
     result.timings["total"] = round(time.monotonic() - started, 4)
-    return result, samples
+    return samples
 
 
 async def _sandbox_works(box: Any) -> bool:

@@ -57,6 +57,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,25 +194,50 @@ class LocalSandbox:
         relay, self._relay = self._relay, None
         if relay is not None:
             relay.stop()
-        self.terminate()  # everything that matters happens before the first await: a second
-        for proc in list(self._procs):  # cancellation (Ctrl-C twice) cannot leave a mess behind
+        self._kill_all()   # everything that matters starts before the first await: a second
+        # cancellation (Ctrl-C twice) cannot leave a mess behind; the removal runs in a thread (a
+        # million files take seconds), which goes on even if this coroutine is cancelled
+        removal = asyncio.get_running_loop().run_in_executor(None, self._remove)
+        for proc in list(self._procs):
             try:
                 await asyncio.wait_for(proc.wait(), 5)
             except (asyncio.TimeoutError, ProcessLookupError):
                 pass
         self._procs.clear()
-        self.terminate()
+        self._kill_all()
+        await removal
+        if not self.keep and self.root != Path() and self.root.exists():   # written to while it went
+            await asyncio.to_thread(self._remove)
 
     def terminate(self) -> None:
         """Kill every process of the sandbox and remove its directory, synchronously."""
+        self._kill_all()
+        self._remove()
+
+    def _kill_all(self) -> None:
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
         for proc in list(self._procs):
             self._kill_group(proc)
         kill_marked(self.id)
-        if not self.keep and self.root != Path() and self.root.exists():
-            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _remove(self) -> None:
+        """Remove the sandbox's directory, whatever the agent left in it: ``rm -rf`` walks a tree
+        of any depth (``shutil.rmtree`` recurses once a level: 1,200 nested directories raise
+        ``RecursionError``); never raises."""
+        if self.keep or self.root == Path() or not self.root.exists():
+            return
+        try:
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(self.root)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        if self.root.exists():
+            try:
+                shutil.rmtree(self.root, ignore_errors=True)
+            except RecursionError:
+                pass
 
     def _write_identity(self) -> None:
         """The agent's ``/etc/passwd``, ``group`` and ``hosts``: its own uid named ``agent``, root

@@ -263,7 +263,12 @@ async def prepare_workspace(box: Sandbox, task: Task, *, env: Mapping[str, str] 
 
 
 async def _agent_ids(box: Sandbox) -> tuple[int, int]:
-    ids = (await run_step(box, "id -u && id -g", "finding the agent user", user="agent")).stdout.split()
+    """The agent user's uid and gid, asked from ``/`` (never from a directory the agent could
+    have locked, such as its workspace after ``chmod 000 .``)."""
+    result = await box.exec("id -u && id -g", user="agent", env=GIT_ENV, timeout=60, cwd="/")
+    ids = result.stdout.split()
+    if not result.ok or len(ids) != 2 or not all(i.isdigit() for i in ids):
+        raise TaskError(f"finding the agent user failed (exit {result.exit_code}): {result.output()}")
     return int(ids[0]), int(ids[1])
 
 
