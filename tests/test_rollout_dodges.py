@@ -50,6 +50,7 @@ BREAKERS: dict[str, list[str]] = {
     "unreadable-git": ["chmod 000 .git"],
     "unreadable-file": ["echo 'x = 1' > notes.py && chmod 000 notes.py"],
     "unreadable-dir": ["mkdir -p scratch && echo 1 > scratch/a.txt && chmod 000 scratch"],
+    "locked-workspace": ["chmod 000 ."],
     "huge-diff": [f"head -c {MAX_DIFF * 2} /dev/urandom > blob.bin"],
     "blocks-hidden-tests": ["echo 'not a directory' > hidden"],
     "hanging-tests": ["printf 'import time\\nwhile True:\\n    time.sleep(1)\\n' >> thermo.py"],
@@ -128,7 +129,7 @@ def test_breaking_the_grader_earns_the_honest_failures_advantage(group, k, name)
 
 @pytest.mark.parametrize("name", ["delete-git", "corrupt-git", "delete-baseline-tag", "gitfile-elsewhere",
                                   "bare-config", "leftover-lock", "lock-holding-daemon", "unreadable-git",
-                                  "unreadable-file", "unreadable-dir"])
+                                  "unreadable-file", "unreadable-dir", "locked-workspace"])
 def test_what_the_agent_did_to_git_does_not_change_what_is_collected(group, name):
     """The harness reads the diff through its own pristine .git: breaking the workspace's git
     metadata or permissions leaves the diff readable (and graded: the bug is still there)."""
