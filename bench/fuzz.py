@@ -51,6 +51,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Callable, Iterator
 from urllib.parse import quote
 
@@ -77,7 +78,7 @@ ENDPOINTS = {
     "chat": "POST /v1/chat/completions", "responses": "POST /v1/responses", "sessions": "POST /v1/sessions",
     "finish": "POST /v1/sessions/{id}/finish", "get": "GET|DELETE /healthz, /v1/models, /v1/sessions/{id}[/turns]",
 }
-OPENAI_PREFIXES = ("/v1/chat/", "/chat/", "/v1/responses", "/responses")
+OPENAI_PREFIXES = ("/v1/chat/", "/chat/", "/v1/responses", "/responses", "/models")
 ADMIN_HEADER, ADMIN_TOKEN = "x-agent-code-admin", "fuzz-admin-token"   # the fuzzed gateway's admin token
 
 
@@ -883,15 +884,17 @@ def slow_loris(url: str, connections: int = 8) -> tuple[list[LorisResult], float
             stop.wait(every)
 
     path = "/v1/messages"
+    # a Host the gateway serves and a JSON body, so the request reaches the body read (others are refused first)
+    host, ctype = f"host: {urlsplit(url).netloc}\r\n", "content-type: application/json\r\n"
     attacks = [
-        ("body trickled (1 byte / 0.2 s)", f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        ("body trickled (1 byte / 0.2 s)", f"POST {path} HTTP/1.1\r\n{host}content-type: application/json\r\n"
                                             f"content-length: 100000\r\n\r\n".encode(), b" ", 0.2, {408}),
-        ("declared length never completed", f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
+        ("declared length never completed", f"POST {path} HTTP/1.1\r\n{host}{ctype}content-length: 1000\r\n\r\n"
                                              '{"model"'.encode(), b"", 0, {408}),
-        ("chunked body never ended", f"POST {path} HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        ("chunked body never ended", f"POST {path} HTTP/1.1\r\n{host}{ctype}transfer-encoding: chunked\r\n\r\n"
                                      "1\r\n{\r\n".encode(), b"1\r\n \r\n", 0.2, {408}),
         # uvicorn has no header timeout: the connection stays open (a socket, no request task)
-        ("headers never finished", f"POST {path} HTTP/1.1\r\nhost: x\r\n".encode(), b"x-a: b\r\n", 0.2, {None}),
+        ("headers never finished", f"POST {path} HTTP/1.1\r\n{host}".encode(), b"x-a: b\r\n", 0.2, {None}),
     ]
     results, stop = [], threading.Event()
     threads: list[threading.Thread] = []
