@@ -23,7 +23,8 @@ so however many the agent opens, the orchestrator holds at most ``2 * max_connec
 the gateway ``max_connections`` connections for it, and other sandboxes' relays and the gateway
 itself go on unaffected; a connection with no byte either way for ``idle_timeout`` seconds
 (default 900) is closed (half-open ones do not hold their slots for ever); ``max_bytes`` (default
-none) ends a connection past that many bytes, both ways together.
+4 GiB: far past any agent's session, short of what fills a disk or a trajectory) ends a
+connection past that many bytes, both ways together.
 
 In the local sandbox (:meth:`LocalSandbox.expose_gateway`) the socket is
 ``<sandbox>/.relay/gateway.sock`` (owned by the agent's uid, 0600, in a 0700 dir), bind-mounted
@@ -49,6 +50,7 @@ CONNECT_TIMEOUT = 10.0
 UNIX_PATH_MAX = 100   # sun_path holds 108 bytes
 MAX_CONNECTIONS = 32  # open at once through one sandbox's relay
 IDLE_TIMEOUT = 900.0  # seconds without a byte either way
+MAX_BYTES = 4 << 30   # through one connection, both ways together
 
 
 def gateway_address(url: str) -> tuple[str, int]:
@@ -83,7 +85,7 @@ class GatewayRelay:
 
     def __init__(self, target_url: str, socket_path: str | os.PathLike, *, owner: tuple[int, int] | None = None,
                  mode: int = 0o600, max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = MAX_BYTES) -> None:
         self.host, self.port = gateway_address(target_url)
         self.socket_path = Path(socket_path)
         self.owner, self.mode = owner, mode
