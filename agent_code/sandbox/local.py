@@ -83,6 +83,7 @@ T = TypeVar("T")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MARKER = "AGENT_CODE_SANDBOX"
 PRIVATE_TMP_SIZE = "1g"
+DRAIN_SECONDS = 10.0   # a killed command's pipes must reach their ends within this
 ENTER_SCRIPT = Path(__file__).with_name("local_enter.py")
 # the toolchain every agent root holds, read-only (symlinks stay symlinks)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -380,7 +381,29 @@ class LocalSandbox:
         proc = await self._spawn(cmd, user, env, cwd, asyncio.subprocess.PIPE, asyncio.subprocess.PIPE)
         head = self.output_limit // 2
         kept = (HeadTail(head, self.output_limit - head), HeadTail(head, self.output_limit - head))
-        _, timed_out = await self._finish(proc, self._collect(proc, kept), timeout)
+        collect = asyncio.ensure_future(self._collect(proc, kept))
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({collect}, timeout=timeout)
+            if done:
+                collect.result()
+            else:   # killed at its timeout: the pipes are drained to their ends (a paused, full pipe
+                timed_out = True    # never shows its end, and the process's wait would wait for ever)
+                self._kill_group(proc)
+                try:
+                    await asyncio.wait_for(asyncio.shield(collect), DRAIN_SECONDS)
+                except asyncio.TimeoutError:   # something outside the group holds the pipes open
+                    collect.cancel()
+                    transport = getattr(proc, "_transport", None)
+                    if transport is not None:
+                        transport.close()
+        except asyncio.CancelledError:
+            collect.cancel()
+            self._kill_group(proc)
+            raise
+        finally:
+            self._kill_group(proc)  # what the command left running in its group goes with it
+            self._procs.discard(proc)
         out, err = (k.result() for k in kept)
         return ExecResult(None if timed_out else proc.returncode, shown(out, head=head).decode(errors="replace"),
                           shown(err, head=head).decode(errors="replace"), time.monotonic() - start, timed_out,
