@@ -143,6 +143,23 @@ def marker_wrapped(cmd: str, log_path: str, marker_path: str) -> str:
     return (f"( {cmd} ) >{log} 2>&1 </dev/null; echo $? >{marker}.tmp && mv {marker}.tmp {marker}")
 
 
+async def with_job_log(box: "Sandbox", job: Job, result: ExecResult, limit: int) -> ExecResult:
+    """``result`` with ``job``'s log as its stdout: its tail (at most ``limit`` bytes, from a
+    whole line on), read as untrusted — the agent held the log as its stdout and may have made it
+    anything (lseek, ftruncate: 100 GB, sparse; a FIFO in its place)."""
+    from agent_code.sandbox.untrusted import whole_lines
+
+    try:
+        log = whole_lines(await box.read_tail(job.log_path, limit, user=job.user))
+    except FileNotFoundError:
+        return result
+    except SandboxError as exc:
+        result.stderr = f"[agent-code: the job's log was not read: {exc}]\n"
+        return result
+    result.stdout, result.truncated = log.data.decode(errors="replace"), log.truncated
+    return result
+
+
 class PollingJobs:
     """``start``/``wait``/``kill`` for backends that only have ``exec``: the job runs under
     ``setsid`` in the background, ``wait`` polls its marker file. Files are read by a command in
@@ -193,18 +210,9 @@ class PollingJobs:
         return int(text) if text.lstrip("-").isdigit() else None
 
     async def _log(self, job: Job, result: ExecResult) -> ExecResult:
-        """``result`` with the job's log (its tail, at most ``LOG_LIMIT`` bytes) as its stdout."""
-        from agent_code.sandbox.untrusted import LOG_LIMIT, whole_lines
+        from agent_code.sandbox.untrusted import LOG_LIMIT
 
-        try:
-            log = whole_lines(await self.read_tail(job.log_path, LOG_LIMIT, user=job.user))
-        except FileNotFoundError:
-            return result
-        except SandboxError as exc:
-            result.stderr = f"[agent-code: the job's log was not read: {exc}]\n"
-            return result
-        result.stdout, result.truncated = log.data.decode(errors="replace"), log.truncated
-        return result
+        return await with_job_log(self, job, result, LOG_LIMIT)  # type: ignore[arg-type]
 
     async def wait(self, job: Job, budget: float | None = None) -> ExecResult:
         deadline = None if budget is None else job.started + budget

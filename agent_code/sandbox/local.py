@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import IO, Any, Awaitable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, check_user
+from agent_code.sandbox.base import ExecResult, Job, SandboxError, as_shell, check_user, with_job_log
 from agent_code.sandbox.relay import GatewayRelay, gateway_address
 from agent_code.sandbox.untrusted import (
     LOG_LIMIT,
@@ -75,7 +75,6 @@ from agent_code.sandbox.untrusted import (
     read_capped,
     read_whole,
     shown,
-    whole_lines,
 )
 
 T = TypeVar("T")
@@ -428,16 +427,8 @@ class LocalSandbox:
             Path(job.marker_path).write_text("killed\n" if code is None else f"{code}\n")
         except OSError:
             pass
-        result = ExecResult(code, "", "", time.monotonic() - job.started, timed_out)
-        try:   # the agent held the log as its stdout (lseek, ftruncate: 100 GB, sparse): its tail only
-            log = whole_lines(await self.read_tail(job.log_path, self.log_limit))
-        except FileNotFoundError:
-            return result
-        except SandboxError as exc:
-            result.stderr = f"[agent-code: the job's log was not read: {exc}]\n"
-            return result
-        result.stdout, result.truncated = log.data.decode(errors="replace"), log.truncated
-        return result
+        return await with_job_log(self, job, ExecResult(code, "", "", time.monotonic() - job.started, timed_out),
+                                  self.log_limit)
 
     async def kill(self, job: Job) -> None:
         proc = job.handle
