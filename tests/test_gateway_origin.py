@@ -311,3 +311,22 @@ def test_an_agent_in_the_sandbox_reaches_the_gateway_through_its_relay(served) -
             return codes
 
     assert asyncio.run(go()) == ["200", "415", "200", "415"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain; application/json", "text/plain;charset=application/json",
+                                          "multipart/form-data; boundary=application/json",
+                                          "application/x-www-form-urlencoded;application/json",
+                                          "application/json\ttext/plain"])
+def test_a_simple_request_type_smuggling_json_in_its_parameters_is_refused(content_type) -> None:
+    """The next spelling a page would try: a CORS-safelisted type (sent without a preflight) whose
+    parameters say application/json. The type's essence decides, so each is refused."""
+    assert content_type_refusal("POST", {"content-type": content_type}) is not None
+
+
+@pytest.mark.parametrize("host, origin", [("127.0.0.1:5@evil.example", None), ("evil.example#@127.0.0.1", None),
+                                          ("127.0.0.1:5", "http://x@127.0.0.1:5"),
+                                          ("127.0.0.1:5", "http://localhost:3000"),   # another local dev server's page
+                                          (None, "http://127.0.0.1:5")])              # no Host: no origin is its own
+def test_userinfo_fragments_and_other_local_origins_are_refused(host, origin) -> None:
+    refused = host_refusal(host, frozenset()) if origin is None else origin_refusal(origin, host)
+    assert refused is not None, (host, origin)

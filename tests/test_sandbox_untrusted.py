@@ -120,6 +120,19 @@ def fifo_unblocker(pattern: str, after: float = 4.0) -> Iterator[list[str]]:
         thread.join(5)
 
 
+def run_watched(harness: CliHarness, pattern: str) -> tuple[Any, float, list[str]]:
+    """``harness`` run in a fresh sandbox while the event loop is timed and any FIFO matching
+    ``pattern`` (under the agent's home) that a reader waits on is unblocked: (the run, the
+    longest stall, the FIFOs that had to be unblocked)."""
+    async def go():
+        async with LocalSandbox() as box:
+            with fifo_unblocker(f"{box.home}/{pattern}") as unblocked:
+                agent_run, gap = await responsive(harness.run(box, launch_for(box), budget=30))
+            return agent_run, gap, unblocked
+
+    return run(go())
+
+
 @contextlib.contextmanager
 def memory_ceiling(extra: int = GIB) -> Iterator[None]:
     """This process may map only ``extra`` bytes more than it has now (RLIMIT_AS): code that reads a
@@ -140,14 +153,7 @@ def memory_ceiling(extra: int = GIB) -> Iterator[None]:
 def test_a_fifo_at_the_stderr_path_does_not_stall_the_orchestrator():
     """The agent swaps its stderr file for a FIFO and exits: reading it must not wait for a writer."""
     harness = ShellHarness("rm -f STDERR && mkfifo STDERR && echo '{\"type\":\"result\"}'")
-
-    async def go():
-        async with LocalSandbox() as box:
-            with fifo_unblocker(f"{box.home}/.agent-stderr.log") as unblocked:
-                agent_run, gap = await responsive(harness.run(box, launch_for(box), budget=30))
-            return agent_run, gap, unblocked
-
-    agent_run, gap, unblocked = run(go())
+    agent_run, gap, unblocked = run_watched(harness, ".agent-stderr.log")
     assert unblocked == [] and gap < 1.0, f"the event loop stalled {gap:.1f} s on the FIFO"
     assert agent_run.exit_code == 0 and agent_run.log == '{"type":"result"}\n'
 
@@ -321,14 +327,7 @@ NOT_READ = "[agent-code: the agent's stderr file was not read"
 ], ids=["symlink-to-fifo", "dev-zero", "dev-urandom", "proc-fd", "directory", "socket", "symlinked-dir"])
 def test_whatever_the_agent_puts_at_the_stderr_path_is_not_read_and_stalls_nothing(move):
     harness = ShellHarness(f"{move}; echo '{{\"type\":\"result\"}}'")
-
-    async def go():
-        async with LocalSandbox() as box:
-            with fifo_unblocker(f"{box.home}/**/*") as unblocked:
-                agent_run, gap = await responsive(harness.run(box, launch_for(box), budget=30))
-            return agent_run, gap, unblocked
-
-    agent_run, gap, unblocked = run(go())
+    agent_run, gap, unblocked = run_watched(harness, "**/*")
     assert unblocked == [] and gap < 1.0, f"the event loop stalled {gap:.1f} s"
     assert agent_run.exit_code == 0 and agent_run.log == '{"type":"result"}\n', agent_run
     assert agent_run.stderr.startswith(NOT_READ), agent_run.stderr[:300]
