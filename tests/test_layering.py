@@ -65,6 +65,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tasks",),
     ("harness",),
     ("rollout",),
+    ("trainers",),
     ("cli",),
     ("demo", "__main__"),
 ]
