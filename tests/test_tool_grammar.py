@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent_code.gateway.grammar import call_schema, tool_call_grammar
+from agent_code.gateway.grammar import call_schema, no_call_grammar, tool_call_grammar
 from agent_code.gateway.pipeline import Gateway
 from agent_code.parse import parse_completion
 from agent_code.protocols.canonical import ChatRequest, SamplingParams
@@ -87,7 +87,8 @@ def test_gateway_applies_the_grammar_only_when_it_should():
     assert _constrained(tool_choice={"type": "any"}).grammar == tool_call_grammar(TOOLS, require_call=True)
     assert _constrained(tool_choice={"type": "tool", "name": "grep"}).grammar == \
         tool_call_grammar([t for t in TOOLS if t["function"]["name"] == "grep"], require_call=True)
-    assert _constrained(tool_choice={"type": "none"}).grammar is None
+    assert _constrained(tool_choice={"type": "none"}).grammar == no_call_grammar(TOOLS)  # text, no call
+    assert _constrained(tool_choice={"type": "none"}, tool_parser="qwen3_coder").grammar == no_call_grammar(TOOLS)
     assert _constrained(tool_grammar="off").grammar is None
     assert _constrained(engine=_Engine(False)).grammar is None
     assert _constrained(engine=object()).grammar is None  # engines without the attribute
