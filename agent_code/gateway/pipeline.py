@@ -332,6 +332,8 @@ class Gateway:
         tools = parse_tools(request)
         reply = parse_completion(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
                                  tools=tools, declared=self._declared_tools(tools))
+        if tools is None and request.tools and reply.ill_formed:
+            reply = replace(reply, ill_formed=[f"{issue} (tool_choice none: kept as text)" for issue in reply.ill_formed])
         return reply, stop_sequence
 
     def _declared_tools(self, tools: list[ToolSchema] | None) -> Declared:
