@@ -169,6 +169,11 @@ def test_tool_choice_none_gets_the_no_call_grammar_where_the_engine_takes_gramma
     assert _sampling({"type": "auto"}).grammar == tool_call_grammar([TOOL])
     grammar = no_call_grammar([TOOL])
     assert grammar.startswith("%llguidance {}\n") and "<tool_call>" in grammar and "~" in grammar
+    assert "<function=" in grammar and '"name"\\s*:\\s*"(bash)"' in grammar   # Qwen3-Coder's; the JSON fallback's
+    odd = no_call_grammar([{"function": {"name": "a.b/c*"}}])
+    assert r"a\.b\/c\*" in odd and "```" not in odd    # names are literals; code fences stay allowed
+    with pytest.raises(ValueError):
+        no_call_grammar(openers=())
 
 
 class _TextRenderer:
