@@ -38,14 +38,16 @@ class AgentCodeHarness(CliHarness):
 
     def __init__(self) -> None:
         self.python = "python3"
+        self.pythonpath: str | None = None   # local: the caller's own agent_code, not whatever the venv has
 
     async def install(self, box: Sandbox) -> None:
         if box.name == "local":
             for path in {sys.prefix, sys.base_prefix, str(Path(agent_code.__file__).parent)}:
                 box.provide(path)  # type: ignore[attr-defined]
             self.python = sys.executable
+            self.pythonpath = str(Path(agent_code.__file__).parent.parent)
             return
-        self.python = "python3"
+        self.python, self.pythonpath = "python3", None
         spec = os.environ.get("AGENT_CODE_PIP_SPEC")
         if spec:
             install = f"python3 -m pip install -q {shlex.quote(spec)}"
@@ -82,4 +84,6 @@ class AgentCodeHarness(CliHarness):
                "PYTHONUNBUFFERED": "1"}
         if os.path.isabs(self.python):   # this machine's interpreter (local): its bin dir only
             env["PATH"] = str(Path(self.python).parent)
+        if self.pythonpath:   # local: the agent runs the caller's agent_code (a checkout, a worktree)
+            env["PYTHONPATH"] = self.pythonpath
         return env
