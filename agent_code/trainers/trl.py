@@ -133,7 +133,8 @@ def rollout_output(records: Sequence[SlotRecord], *, max_completion_length: int 
                                  f"trainer's vocabulary of {vocab_size}: the gateway's tokenizer is not the model's")
         if max_completion_length is not None and len(response) > max_completion_length:
             cut += 1
-            response, mask, logprobs = (x[:max_completion_length] for x in (response, mask, logprobs))
+            n = max_completion_length
+            response, mask, logprobs = response[:n], mask[:n], logprobs[:n]
         out["prompt_ids"].append(list(rec.prompt_ids))
         out["completion_ids"].append(response)
         out["logprobs"].append(logprobs)
