@@ -165,10 +165,13 @@ class _Gateway:
 
 
 class AgentRolloutFunc:
-    """A ``rollout_func`` for TRL's ``GRPOTrainer`` (see the module doc). The gateway is started
-    on first use, on a loop thread of its own, and stopped by :meth:`close`."""
+    """A ``rollout_func`` for TRL's ``GRPOTrainer`` (see the module doc). ``engine`` is what
+    :func:`~agent_code.rollout.groups.local_gateway` takes (an ``--engine`` spec, or an engine
+    object where it takes one): an in-process gateway on it is started on first use, on a loop
+    thread of its own, and stopped by :meth:`close`; or ``gateway_url`` (+ ``admin_token``) names
+    a running gateway. One instance per training process (each runs its own slots)."""
 
-    def __init__(self, tasks: Iterable[Task], config: RolloutConfig, *, engine: str | None = None,
+    def __init__(self, tasks: Iterable[Task], config: RolloutConfig, *, engine: Any = None,
                  gateway_url: str | None = None, admin_token: str | None = None,
                  max_completion_length: int | None = None, trajectory_dir: str | None = None,
                  **gateway_options: Any) -> None:
@@ -197,7 +200,7 @@ class AgentRolloutFunc:
         self.records = records
         log.info("rollout_func: %d rows: %s", len(records), group_summary(records))
         limit = getattr(getattr(trainer, "args", None), "max_completion_length", None)
-        longest = max(len(r.response_ids) for r in records)
+        longest = max((len(r.response_ids) for r in records), default=0)
         if self.max_completion_length is None and limit is not None and longest > limit:
             log.warning("a completion of %d tokens is over the trainer's max_completion_length=%d; TRL trains on "
                         "it whole (pass max_completion_length= to agent_rollout_func to cut)", longest, limit)
