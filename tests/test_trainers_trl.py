@@ -147,6 +147,7 @@ def example():
     return module
 
 
+@pytest.mark.slow
 def test_grpo_trainer_takes_a_real_step_on_agent_code_rollouts(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     pytest.importorskip("trl")
