@@ -326,7 +326,14 @@ def test_slimes_abort_stops_the_rollout_in_flight_and_no_new_one_starts(tmp_path
             took = time.monotonic() - started
             started = time.monotonic()
             second = await runner.record(args(), slime_sample(1), {})
-            return first, took, second, time.monotonic() - started
+            took2 = time.monotonic() - started
+            if SLIME is not None:     # what generate hands slime meanwhile, in each mode's shape
+                [listed] = await runner.generate(args(), slime_sample(2), {})
+                runner.samples = "main"
+                bare = await runner.generate(args(), slime_sample(3), {})
+                assert listed.status == bare.status == SLIME.Sample.Status.ABORTED
+                assert listed.remove_sample and bare.remove_sample and (listed.rollout_id, bare.rollout_id) == (2, 3)
+            return first, took, second, took2
         finally:
             await runner.close()
 

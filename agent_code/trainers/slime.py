@@ -24,8 +24,11 @@ trained turn), ``metadata``; ids as ints):
   ``n_samples_per_prompt`` samples per prompt: use :func:`post_process_rewards`, which
   normalises one reward per rollout within each prompt's group.
 * ``samples: "main"``: the rollout's record alone (:mod:`agent_code.trainers.core`: its ``main``
-  sample; the trained tokens it leaves out are logged), a list of one.
-* evaluation: always the record alone (one reward per rollout in slime's eval means).
+  sample; the trained tokens it leaves out are logged), as a bare ``Sample``: slime's one-sample
+  shape, which every slime path takes as it is (its default reward normalisation, partial
+  rollouts, the fully-async rollout's re-queueing of ``ABORTED`` groups — none of which look
+  inside a list).
+* evaluation: the record alone, in the mode's shape (one reward per rollout in slime's eval means).
 
 Statuses: an infrastructure failure (``core``'s placeholder: zero loss mask, reward 0.0,
 ``remove_sample``) and a rollout stopped by slime's ``abort()`` are ``ABORTED`` (the fully-async
@@ -223,13 +226,12 @@ class SlimeRollouts:
         self._stack = self._gateway = None
 
     async def generate(self, args: Any, sample: Any, sampling_params: dict[str, Any],
-                       evaluation: bool = False) -> list[Any]:
-        """slime's generate function: the slime ``Sample`` s of one rollout (see the module doc)."""
+                       evaluation: bool = False) -> Any:
+        """slime's generate function: the slime ``Sample`` s of one rollout, a list (``samples:
+        "all"``) or one ``Sample`` (``"main"``): see the module doc."""
         record = await self.record(args, sample, sampling_params)
-        if record.left_out and self.samples == "main":
-            log.info("slime sample %s: %d trained tokens of other samples left out (samples: main)",
-                     sample.index, record.left_out.trained_tokens)
-        return to_slime(record, sample, rollout_id=record.index, every_sample=self.samples == "all" and not evaluation)
+        out = to_slime(record, sample, rollout_id=record.index, every_sample=self.samples == "all" and not evaluation)
+        return out if self.samples == "all" else out[0]
 
     async def record(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> SlotRecord:
         """The record of the rollout of ``sample`` (a slime ``Sample``: its ``label``, ``index``,
@@ -274,7 +276,7 @@ def read_config() -> dict[str, Any]:
 _ROLLOUTS: SlimeRollouts | None = None
 
 
-async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> list[Any]:
+async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
     """slime's ``--custom-generate-function-path``: one agent-code rollout of the sample's task
     (see the module doc); the configuration is read on the first call."""
     global _ROLLOUTS
