@@ -392,6 +392,8 @@ def test_the_configuration_and_the_prompt_data(tmp_path, monkeypatch):
     assert runner.engine == "scripted:x.jsonl" and runner.tokenizer is None and runner.samples == "all"
     with pytest.raises(KeyError, match="label 'nope' is no task id"):
         runner.task_of(SimpleNamespace(index=3, label="nope"))
+    with pytest.raises(ValueError, match="--group-rm would replace the grader's rewards"):
+        asyncio.run(runner.record(Namespace(group_rm=True), SimpleNamespace(index=0, label=TASK), {}))
     with pytest.raises(ValueError, match="must name the tasks file"):
         adapter.SlimeRollouts.from_args(slime_args, {"engine": "scripted:x"})
     with pytest.raises(ValueError, match="samples must be one of"):

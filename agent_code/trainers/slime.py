@@ -36,6 +36,11 @@ rollout gives them back to the data buffer); a rollout that ended as the model's
 budget, crashed, ungradable — is ``COMPLETED`` (``TRUNCATED`` where its sample was cut by the
 length budget) and counts with its reward, so a policy can never have its zero re-queued away.
 
+The reward is the grader's: slime's reward model is never called (the reward is set), and
+``--group-rm``, which would overwrite it with a group reward model's, is refused. The list shape
+is not for ``--partial-rollout`` or the fully-async rollout (they read a group's samples, not
+lists of them): use ``samples: "main"`` there.
+
 Abort: slime's ``abort()`` sets ``GenerateState.aborted``; while it is set a rollout in flight is
 cancelled (its sandbox torn down, its session ended) and comes back as an ``ABORTED``
 placeholder (``abort_reason: "interrupted"``), and no new one starts.
@@ -236,6 +241,9 @@ class SlimeRollouts:
     async def record(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> SlotRecord:
         """The record of the rollout of ``sample`` (a slime ``Sample``: its ``label``, ``index``,
         ``rollout_id`` and ``tokens`` are read); its ``index`` is slime's int rollout id."""
+        if getattr(args, "group_rm", False):
+            raise ValueError("--group-rm would replace the grader's rewards of agent-code rollouts with a group "
+                             "reward model's: leave it off")
         task = self.task_of(sample)
         rid = sample.rollout_id if sample.rollout_id is not None else sample.index
         rid = next(self._ids) if rid is None else int(rid)
