@@ -255,15 +255,18 @@ class Recording:
     name, model = "rec", "rec"
 
     def __init__(self, *texts):
-        self.texts, self.tools = list(texts), []
+        self.texts, self.tools, self.choices = list(texts), [], []
 
-    def complete(self, messages, tools=None, system=None, **kw):
+    def complete(self, messages, tools=None, system=None, tool_choice=None):
         from agent_code.types import ModelResponse
         self.tools.append(tools)
+        self.choices.append(tool_choice)
         return ModelResponse([{"type": "text", "text": self.texts.pop(0)}])
 
 
-def test_text_first_steps_offer_no_tools_then_the_tools_come_back(tmp_path):
+def test_text_first_steps_keep_the_tools_and_ask_for_text(tmp_path):
+    """The tools list stays the same on every step (one prompt prefix: one sample, issue 40);
+    the text-first step says tool_choice none instead of dropping them."""
     root = _project(tmp_path)
     provider = Recording(f"thermo.py:\n```python\n{FIXED}```", "done")
     agent = Agent(provider, default_tools("small"), ToolContext(root), permissions="bypassPermissions")
@@ -271,8 +274,9 @@ def test_text_first_steps_offer_no_tools_then_the_tools_come_back(tmp_path):
     agent.text_first_steps = 1
     _read(agent, root, "thermo.py")
     assert agent.run("fix").final == "done"
-    assert provider.tools[0] == [] and [t["name"] for t in provider.tools[1]] == [
+    assert provider.tools[0] == provider.tools[1] and [t["name"] for t in provider.tools[1]] == [
         "read_file", "list_files", "write_file", "bash"]
+    assert provider.choices == [{"type": "none"}, None]
 
 
 def test_a_block_that_changes_nothing_is_said_plainly(tmp_path):

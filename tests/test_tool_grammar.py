@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent_code.gateway.grammar import call_schema, tool_call_grammar
+from agent_code.gateway.grammar import call_schema, no_call_grammar, tool_call_grammar
 from agent_code.gateway.pipeline import Gateway
 from agent_code.parse import parse_completion
 from agent_code.protocols.canonical import ChatRequest, SamplingParams
@@ -87,7 +87,8 @@ def test_gateway_applies_the_grammar_only_when_it_should():
     assert _constrained(tool_choice={"type": "any"}).grammar == tool_call_grammar(TOOLS, require_call=True)
     assert _constrained(tool_choice={"type": "tool", "name": "grep"}).grammar == \
         tool_call_grammar([t for t in TOOLS if t["function"]["name"] == "grep"], require_call=True)
-    assert _constrained(tool_choice={"type": "none"}).grammar is None
+    assert _constrained(tool_choice={"type": "none"}).grammar == no_call_grammar(TOOLS)  # text, no call
+    assert _constrained(tool_choice={"type": "none"}, tool_parser="qwen3_coder").grammar == no_call_grammar(TOOLS)
     assert _constrained(tool_grammar="off").grammar is None
     assert _constrained(engine=_Engine(False)).grammar is None
     assert _constrained(engine=object()).grammar is None  # engines without the attribute
@@ -153,3 +154,31 @@ def test_real_model_under_the_grammar_calls_a_declared_tool_or_writes_text():
         else:
             assert i < 3, f"a call was required: {text!r}"  # proves the grammar was applied
             assert text and text[0] not in "{`<[ \n", text
+
+
+@pytest.mark.slow
+@needs_llamacpp
+def test_real_model_under_the_no_call_grammar_never_writes_a_forbidden_string():
+    """llama.cpp ignores a Lark grammar it cannot compile (the output is then unconstrained), so
+    the negation the no-call grammar is built on (``/.*/ & ~/.*X.*/``) is shown to bind: with
+    the letter "l" forbidden, a prompt that asks for "hello" gets none."""
+    from agent_code.engines.llamacpp import LlamaCppEngine
+    from agent_code.render.template import load_renderer
+
+    renderer = load_renderer(None)
+    prompt = renderer.render([{"role": "user", "content": "Say hello to Bella and Lily, in lowercase."}], None)
+    engine = LlamaCppEngine(n_ctx=2048)
+
+    async def go():
+        try:
+            free = await engine.generate(prompt, SamplingParams(max_new_tokens=24, temperature=0))
+            held = await engine.generate(prompt, SamplingParams(max_new_tokens=24, temperature=0,
+                                                                grammar=no_call_grammar(openers=("l",))))
+            return free, held
+        finally:
+            await engine.close()
+
+    free, held = asyncio.run(go())
+    end = set(renderer.end_of_turn_ids)
+    assert "l" in renderer.decode([t for t in free.output_ids if t not in end])     # it would write one
+    assert "l" not in renderer.decode([t for t in held.output_ids if t not in end])

@@ -154,9 +154,11 @@ class Agent:
         # the first steps of a run in which the model must call a tool (tool_choice "any"): a
         # small model otherwise answers from its imagination before looking (--tool-profile small)
         self.tools_first_steps = 0
-        # the first steps of a run in which no tools are offered: a small model that was handed the
-        # code and the failing tests answers with the fix (a code block, agent/blocks.py) instead of
-        # calling the tests again and again
+        # the first steps of a run in which the model must answer in text (tool_choice "none"): a
+        # small model that was handed the code and the failing tests answers with the fix (a code
+        # block, agent/blocks.py) instead of calling the tests again and again. The tools are still
+        # sent: the prompt's prefix (the chat template renders them) stays the same on every step,
+        # so a rollout is one token chain and one training sample
         self.text_first_steps = 0
         self.current_call: ToolCall | None = None  # the call whose tool is running
         self._context_base = 0                  # input+output tokens of the last model call ...
@@ -351,14 +353,23 @@ class Agent:
             return self.tools.list()
         return [t for t in self.tools.list() if t.origin is None or t.read_only]
 
+    def _tool_choice(self, step: int) -> dict[str, Any]:
+        """The ``tool_choice`` argument for ``step``: ``none`` on the text-first steps, ``any`` on
+        the tools-first steps, nothing (the provider's auto) otherwise."""
+        if step <= self.text_first_steps:
+            return {"tool_choice": {"type": "none"}}
+        if step <= self.tools_first_steps:
+            return {"tool_choice": {"type": "any"}}
+        return {}
+
     def _loop(self, usage: Usage, denials: list[dict[str, Any]]) -> AgentResult:
         seen: set[str] = set()  # calls already made in this run, to flag exact repeats
         for step in range(1, self.max_steps + 1):
-            schemas = [t.to_anthropic() for t in self.offered_tools()] if step > self.text_first_steps else []
+            schemas = [t.to_anthropic() for t in self.offered_tools()]
             self._maybe_compact()
             try:
-                required = {"tool_choice": {"type": "any"}} if step <= self.tools_first_steps and schemas else {}
-                response = self.provider.complete(self.messages, tools=schemas, system=self.system, **required)
+                choice = self._tool_choice(step) if schemas else {}
+                response = self.provider.complete(self.messages, tools=schemas, system=self.system, **choice)
             except ProviderError as exc:
                 return AgentResult("", "error", step - 1, self.messages, usage, error=str(exc))
             usage.add(response.usage)

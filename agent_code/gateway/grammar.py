@@ -21,13 +21,23 @@ schema-checked call to a declared tool is what turns those blobs into usable cal
 JSON is generated in the compact layout the Qwen/Hermes chat templates render tool calls in
 (``", "`` and ``": "``, no newlines), which also keeps the model from padding with whitespace.
 The end of the turn is reachable after the text or after any complete call.
+
+:func:`no_call_grammar` is the grammar of ``tool_choice: {"type": "none"}``: the tools are still
+declared (and rendered into the prompt, so every request of a session shares its prefix), but the
+turn must be text. It allows any text that never writes a call opener (Hermes' and Qwen3-Coder's
+``<tool_call>``, ``<function=``, DeepSeek-V3's); code fences stay allowed (agent-code's small
+profile asks for the fix as a code block on exactly such a step). The gateway also parses a
+``none`` turn as if no tool were declared, so markup that gets through (an engine without
+grammars) stays text.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Sequence
 
+from agent_code.parse.incremental import CALL_OPENERS as PARSER_OPENERS
 from agent_code.protocols.canonical import ToolSchema
 
 STYLES = ("hermes",)
@@ -89,3 +99,22 @@ def tool_call_grammar(tools: list[ToolSchema], *, style: str = "hermes",
         lines.append(r'json_call: body | "```json\n" body "\n```"')
     lines += [f"body: %json {schema}", f"TEXT: {TEXT_REGEX}", ""]
     return "\n".join(lines)
+
+
+# what starts a call in the chat formats the parsers read: never written under none (code fences are)
+CALL_OPENERS = tuple(o for o in PARSER_OPENERS if o != "```")
+
+
+def no_call_grammar(tools: list[ToolSchema] | None = None, *, openers: Sequence[str] = CALL_OPENERS) -> str:
+    """An LLGuidance Lark grammar for ``tool_choice`` none: any text in which none of ``openers``
+    occurs, nor (given ``tools``) a JSON object's ``"name": "TOOL"`` naming one of them, the
+    call the fenced-JSON fallback would read (a regex intersected with the negation of "contains
+    one of those")."""
+    if not openers or not all(openers):
+        raise ValueError("no_call_grammar needs non-empty openers")
+    alternatives = [re.escape(o) for o in openers]
+    names = [n for t in tools or [] if isinstance(n := _function(t).get("name"), str) and n]
+    if names:
+        alternatives.append(r'"name"\s*:\s*"(' + "|".join(re.escape(n) for n in names) + ')"')
+    forbidden = "|".join(alternatives).replace("/", "\\/")
+    return "\n".join(["%llguidance {}", "start: TEXT", f"TEXT: /(?s:.*)/ & ~/(?s:.*({forbidden}).*)/", ""])

@@ -11,6 +11,13 @@ the reply reached the client, so an unanswered turn is never recorded.
 (:func:`agent_code.engines.base.stream_generation`) and calls ``callback`` with what of the reply
 is already certain (:func:`agent_code.parse.incremental.certain` on the partial output); the
 outcome, its ids, logprobs and parse, is the same as without a callback.
+
+``tool_choice: {"type": "none"}`` (Anthropic's "answer in text"; OpenAI's ``"none"`` maps to it):
+the declared tools are still rendered into the prompt — a client that keeps its tools list and
+says none for a step (agent-code's small profile) keeps one prompt prefix, so the session stays
+one token chain — but the turn comes back as text: on an engine with grammars it is sampled
+under :func:`~agent_code.gateway.grammar.no_call_grammar`, and on any engine it is parsed as if
+no tool were declared, so call markup the model writes anyway stays text, never a tool_use.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from agent_code.engines.base import Engine, EngineError, Generation, stream_generation
-from agent_code.gateway.grammar import tool_call_grammar
+from agent_code.gateway.grammar import no_call_grammar, tool_call_grammar
 from agent_code.gateway.offload import Batcher
 from agent_code.gateway.sessions import Session, SessionStore
 from agent_code.gateway.weights import WeightGate
@@ -43,6 +50,18 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_new_tokens")
 
 class RenderError(ValueError):
     """The chat template refused the conversation (a client error: 400)."""
+
+
+def _choice(request: ChatRequest) -> str | None:
+    return request.tool_choice.get("type") if isinstance(request.tool_choice, dict) else None
+
+
+def parse_tools(request: ChatRequest) -> list[ToolSchema] | None:
+    """The tools a reply is parsed against: the declared ones, none under ``tool_choice`` none.
+    Under none the tools are only rendered (the prompt keeps the session's prefix); call markup
+    the model writes anyway stays in the text, as sampled (its output ids are recorded as they
+    are), and becomes no tool_use."""
+    return None if _choice(request) == "none" else request.tools
 
 
 @dataclass
@@ -189,9 +208,11 @@ class Gateway:
 
     def sampling_for(self, session: Session, request: ChatRequest, prompt_len: int) -> SamplingParams:
         """The request's sampling, overridden by the session's (the trainer decides), then
-        clamped to the session's context budget."""
+        clamped to the session's cap on new tokens and to its context budget."""
         overrides = {k: v for k, v in session.sampling.items() if k in SAMPLING_KEYS and v is not None}
         sampling = replace(request.sampling, **overrides)
+        if session.max_new_tokens is not None:
+            sampling = replace(sampling, max_new_tokens=min(sampling.max_new_tokens, session.max_new_tokens))
         if session.max_context_tokens is not None:
             room = session.max_context_tokens - prompt_len
             sampling = replace(sampling, max_new_tokens=max(0, min(sampling.max_new_tokens, room)))
@@ -201,11 +222,16 @@ class Gateway:
         """With ``tool_grammar="auto"``, a request that declares tools gets a grammar allowing
         only plain text or Hermes calls to those tools (see :mod:`agent_code.gateway.grammar`),
         when the engine supports grammars and the template speaks Hermes. ``tool_choice``
-        none: no grammar; any/tool: a call is required."""
-        choice = request.tool_choice.get("type") if isinstance(request.tool_choice, dict) else None
-        if (self.tool_grammar == "off" or not request.tools or choice == "none"
-                or self.tool_parser != "hermes" or sampling.grammar or sampling.tool_grammar
+        any/tool: a call is required; none: :func:`no_call_grammar`, text that writes no call
+        (any template: it forbids every format's call opener), and the parse treats the turn as
+        declaring no tools (:meth:`parse_tools`)."""
+        choice = _choice(request)
+        if (self.tool_grammar == "off" or not request.tools or sampling.grammar or sampling.tool_grammar
                 or not getattr(self.engine, "supports_grammar", False)):
+            return sampling
+        if choice == "none":
+            return replace(sampling, grammar=no_call_grammar(request.tools))
+        if self.tool_parser != "hermes":
             return sampling
         tools = request.tools
         if choice == "tool":
@@ -288,7 +314,7 @@ class Gateway:
             ids.pop()
         text = self.renderer.decode(ids).rstrip("\ufffd")  # an incomplete UTF-8 character
         return certain(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
-                       tools=request.tools, stops=sampling.stop)
+                       tools=parse_tools(request), stops=sampling.stop)
 
     async def run_turn(self, session: Session, request: ChatRequest) -> TurnOutcome:
         return await self.generate(session, self.prepare(session, request))
@@ -305,8 +331,11 @@ class Gateway:
             stop_sequence = next((s for s in sampling.stop if s and text.endswith(s)), None)
             if stop_sequence:
                 text = text[: -len(stop_sequence)]
+        tools = parse_tools(request)
         reply = parse_completion(text, tool_parser=self.tool_parser, reasoning_parser=self.reasoning_parser,
-                                 tools=request.tools, declared=self._declared_tools(request.tools))
+                                 tools=tools, declared=self._declared_tools(tools))
+        if tools is None and request.tools and reply.ill_formed:
+            reply = replace(reply, ill_formed=[f"{issue} (tool_choice none: kept as text)" for issue in reply.ill_formed])
         return reply, stop_sequence
 
     def _declared_tools(self, tools: list[ToolSchema] | None) -> Declared:

@@ -1,7 +1,8 @@
 """agent-code itself as the rollout agent: ``python -m agent_code -p`` with stream-json output.
 
 On the local sandbox it runs on this machine's interpreter and package (made reachable to the
-agent user). Elsewhere (docker, e2b) this checkout is built as a wheel once per process
+agent user, the package put first on its ``PYTHONPATH``: the code that runs the rollout is the
+code the agent runs, from a worktree too). Elsewhere (docker, e2b) this checkout is built as a wheel once per process
 (:func:`~agent_code.harness.base.project_wheel`), uploaded and installed with ``pip install
 --no-deps --no-index`` into the sandbox's ``python3``: no download there (a docker sandbox has
 no network); the client's own dependencies (anthropic, typer, rich, httpx, prompt_toolkit) come
@@ -82,4 +83,8 @@ class AgentCodeHarness(CliHarness):
                "PYTHONUNBUFFERED": "1"}
         if os.path.isabs(self.python):   # this machine's interpreter (local): its bin dir only
             env["PATH"] = str(Path(self.python).parent)
+            # and the package this process runs: an editable install's finder points at the
+            # checkout it was installed from, which the sandbox does not show (a worktree's
+            # run would find no agent_code); PYTHONPATH goes before that finder
+            env["PYTHONPATH"] = str(Path(agent_code.__file__).resolve().parent.parent)
         return env

@@ -27,7 +27,8 @@ class ModelProvider(Protocol):
         system: str | None = None,
     ) -> ModelResponse:
         """Send the conversation (Anthropic message dicts) and the tool schemas
-        (``{"name", "description", "input_schema"}``); return the assistant turn. A provider
-        that can require a tool call also takes ``tool_choice`` (Anthropic's
-        ``{"type": "any"}``); the loop passes it only when it requires one."""
+        (``{"name", "description", "input_schema"}``); return the assistant turn. Every
+        provider the CLI makes also takes ``tool_choice`` (Anthropic's shape): ``{"type":
+        "any"}`` requires a call, ``{"type": "none"}`` asks for text with the same tools still
+        offered (so the prompt's prefix stays the same); the loop passes it only then."""
         ...

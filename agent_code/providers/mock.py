@@ -1,7 +1,8 @@
 """MockProvider: offline and deterministic, it only knows how to use ``echo``.
 
 First turn: it asks ``echo`` to repeat the user's prompt. Once it sees the tool result
-it answers with it. Good for a smoke test of the loop without any model.
+it answers with it (with ``tool_choice`` none, or no ``echo`` offered, it answers with the prompt at
+once). Good for a smoke test of the loop without any model.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class MockProvider:
         self.model = model
         self._calls = 0
 
-    def complete(self, messages, tools=None, system=None) -> ModelResponse:
+    def complete(self, messages, tools=None, system=None, tool_choice=None) -> ModelResponse:
         self._calls += 1
         blocks = _last_user_blocks(messages)
         results = [b for b in blocks if b.get("type") == "tool_result"]
@@ -38,7 +39,8 @@ class MockProvider:
                 content = "".join(b.get("text", "") for b in content)
             return ModelResponse(content=[{"type": "text", "text": f"echo returned: {content}"}])
         prompt = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        if not any(t.get("name") == "echo" for t in tools or []):
+        text_only = isinstance(tool_choice, dict) and tool_choice.get("type") == "none"
+        if text_only or not any(t.get("name") == "echo" for t in tools or []):
             return ModelResponse(content=[{"type": "text", "text": prompt}])
         return ModelResponse(
             content=[{"type": "tool_use", "id": f"toolu_mock_{self._calls}", "name": "echo",

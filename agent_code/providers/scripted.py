@@ -4,7 +4,8 @@ Each line is an assistant turn in the Anthropic shape, either the full object
 ``{"content": [blocks...], "stop_reason": "tool_use"}`` or just the list of blocks.
 ``stop_reason`` defaults to ``tool_use`` when the turn has a tool_use block, else
 ``end_turn``. Blank lines and lines starting with ``#`` are skipped. The script is
-read and checked when the provider is made, so a bad file fails before the run.
+read and checked when the provider is made, so a bad file fails before the run. ``tool_choice``
+is accepted and not enforced: a turn is replayed as written.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ScriptedProvider:
         self.turns = load_script(self.script)
         self.position = 0
 
-    def complete(self, messages, tools=None, system=None) -> ModelResponse:
+    def complete(self, messages, tools=None, system=None, tool_choice=None) -> ModelResponse:
+        # tool_choice is taken and not checked: the script's turn is what the model says
         if self.position >= len(self.turns):
             raise ProviderError(f"script {self.script} is exhausted after {len(self.turns)} turns")
         turn = self.turns[self.position]

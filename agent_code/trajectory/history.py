@@ -452,7 +452,7 @@ def _root_hint(turns: Sequence[TurnRecord], messages: list[dict[str, Any]], tool
     (measured against the conversation's first root, side requests aside) a ``retry``,
     ``sub-agent`` or ``compaction``; None for the conversation's first root."""
     roots = [t for t in turns if t.parent is None]
-    if side.is_side(messages, tools, any(t.tools for t in roots)):
+    if side.is_side(messages, tools, (side.system_of(t.messages) for t in roots if t.tools)):
         return "side"
     roots = [t for t in roots if t.index not in side.side_roots(roots)]
     if not roots:

@@ -30,7 +30,7 @@ indices, end exclusive), so a session that spans a weight update stays one sampl
 trainer can correct the off-policy spans.
 
 Branches: a root that is a client's side request (``side.py``: a known title/topic request,
-or one without tools beside roots with tools) is ``"side"``; the first other root's first chain
+or one without tools beside roots with tools whose system prompt is none of theirs) is ``"side"``; the first other root's first chain
 is ``"main"``; another root is labelled by its ``branch_hint``, else ``"sub-agent"`` when its
 system message or its tool set differs from the main root's, else ``"compaction"`` (same
 agent, history rewritten). A chain that splits off a turn an
