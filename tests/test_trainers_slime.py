@@ -22,10 +22,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pytest
 
 from agent_code.demo.rollout import ROLLOUT_SCRIPT
+from agent_code.rollout.client import GatewayClient, GatewayClientError
 from agent_code.rollout.runner import RolloutConfig, RolloutResult
 from agent_code.tasks import load_tasks
 from agent_code.trainers import slime as adapter
@@ -130,9 +130,9 @@ def test_slime_sampling_and_limits_reach_the_rollout_config():
                                   {"temperature": 1.0, "top_p": 0.9, "top_k": -1, "sampling_seed": 7,
                                    "max_new_tokens": 64, "stop": None})
     assert conf.sampling == {"temperature": 1.0, "top_p": 0.9, "seed": 7}   # top_k -1: SGLang's "off"
-    assert conf.samples_per_task == 1
-    if "max_new_tokens" in RolloutConfig.__dataclass_fields__:
-        assert getattr(conf, "max_new_tokens") == 64
+    assert conf.samples_per_task == 1 and conf.max_new_tokens == 64 and conf.max_context_tokens is None
+    conf = adapter.rollout_config(RolloutConfig(max_new_tokens=32), args(rollout_max_context_len=4096), {})
+    assert (conf.max_new_tokens, conf.max_context_tokens) == (32, 4096)
 
 
 # ------------------------------------------------------------------------ slime Samples, by hand
@@ -220,9 +220,8 @@ def test_slime_trains_one_step_on_agent_code_rollouts(tmp_path):
     async def run() -> list[Any]:
         try:
             gateway = await runner.gateway()                              # the trainer's weights are "v7" now
-            async with httpx.AsyncClient(base_url=gateway.url,
-                                         headers={"Authorization": f"Bearer {gateway.admin_token}"}) as http:
-                (await http.post("/v1/admin/resume", json={"weight_version": "v7"})).raise_for_status()
+            async with GatewayClient(gateway.url, admin_token=gateway.admin_token) as client:
+                await client.resume(weight_version="v7")
             return list(await asyncio.gather(*(runner.generate(args(), slime_sample(i), dict(sampling))
                                                for i in range(2))))
         finally:
@@ -308,21 +307,19 @@ def test_slimes_abort_stops_the_rollout_in_flight_and_no_new_one_starts(tmp_path
     runner = rollouts(tmp_path, _slow_script(tmp_path, slow), poll=0.05)
     state = install_generate_state()
     agents = f"ANTHROPIC_AUTH_TOKEN={TASK}.0"
-    others = set(processes_with_env(agents))                             # other runs of the task on this machine
     mine: set[int] = set()
 
     async def run() -> tuple[Any, float, Any, float]:
         try:
             job = asyncio.ensure_future(runner.record(args(), slime_sample(0), {}))
             gateway = await runner.gateway()
-            async with httpx.AsyncClient(base_url=gateway.url,
-                                         headers={"Authorization": f"Bearer {gateway.admin_token}"}) as http:
+            async with GatewayClient(gateway.url, admin_token=gateway.admin_token) as client:
                 for _ in range(600):                                     # until the slow turn is generating
-                    if (await http.get("/v1/admin/weights")).json().get("generating"):
+                    if (await client.weights()).get("generating"):
                         break
                     assert not job.done(), job
                     await asyncio.sleep(0.1)
-            mine.update(set(processes_with_env(agents)) - others)
+                mine.update(await own_agents(client, agents))              # not another run's of the task
             assert mine                                                  # the agent is running
             started = time.monotonic()
             state.aborted = True
@@ -350,6 +347,21 @@ def test_slimes_abort_stops_the_rollout_in_flight_and_no_new_one_starts(tmp_path
     assert second.placeholder and second.abort_reason == "interrupted" and second.result is not None
     assert second.result.session_id == "" and took2 < 1                  # never started
     assert not mine & set(processes_with_env(agents))                   # and now it is not
+
+
+async def own_agents(client: GatewayClient, entry: str) -> set[int]:
+    """The pids with ``entry`` in their environment whose session (their API key) is open on the
+    gateway behind ``client``: this test's agent, not another run's of the same task."""
+    own = set()
+    for pid in processes_with_env(entry):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            key = next(e for e in environ if e.startswith(b"ANTHROPIC_AUTH_TOKEN=")).split(b"=", 1)[1].decode()
+            await client.turns(key)
+        except (OSError, StopIteration, GatewayClientError):
+            continue
+        own.add(pid)
+    return own
 
 
 def _slow_script(tmp_path: Path, line: dict[str, Any]) -> Path:

@@ -51,8 +51,8 @@ Configuration: ``AGENT_CODE_SLIME_CONFIG``, a JSON object or the path of a JSON 
 (``all`` | ``main``), ``rollout`` (:class:`~agent_code.rollout.runner.RolloutConfig` fields:
 ``sandbox``, ``budget``, ``max_steps`` …) and ``gateway`` (``build_gateway`` options:
 ``trajectory_dir``, ``max_turns`` …). slime's ``sampling_params`` set each session's sampling
-(``temperature``, ``top_p``, ``top_k``, ``sampling_seed``) and, where ``RolloutConfig`` has them,
-``max_new_tokens`` per turn and ``args.rollout_max_context_len``.
+(``temperature``, ``top_p``, ``top_k``, ``sampling_seed``) and its turn cap (``max_new_tokens``:
+``--rollout-max-response-len``); ``--rollout-max-context-len`` is the session's context budget.
 """
 
 from __future__ import annotations
@@ -160,14 +160,13 @@ def _sampling(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def rollout_config(base: RolloutConfig, args: Any, sampling_params: Mapping[str, Any]) -> RolloutConfig:
-    """``base`` with slime's sampling and, where ``RolloutConfig`` has the fields, its per-turn
-    and per-context token limits."""
-    limits = {"max_new_tokens": sampling_params.get("max_new_tokens"),
-              "max_context_tokens": getattr(args, "rollout_max_context_len", None) or None}
-    known = {f.name for f in dataclasses.fields(RolloutConfig)}
-    changes: dict[str, Any] = {k: int(v) for k, v in limits.items() if k in known and v}
+    """``base`` with slime's sampling, its per-turn cap (``max_new_tokens``) and its context budget
+    (``args.rollout_max_context_len``) where slime sets them; one rollout per call."""
+    max_new = sampling_params.get("max_new_tokens")
+    max_context = getattr(args, "rollout_max_context_len", None)
     return dataclasses.replace(base, sampling={**base.sampling, **_sampling(sampling_params)}, samples_per_task=1,
-                               concurrency=1, **changes)
+                               concurrency=1, max_new_tokens=int(max_new) if max_new else base.max_new_tokens,
+                               max_context_tokens=int(max_context) if max_context else base.max_context_tokens)
 
 
 @dataclass
