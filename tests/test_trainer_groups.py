@@ -99,7 +99,11 @@ def test_as_slime_has_slimes_sample_fields():
     assert {"group_index", "index", "prompt", "tokens", "response", "response_length", "label", "reward",
             "loss_mask", "rollout_log_probs", "status", "metadata"} <= set(d)
     assert d["tokens"] == [1, 2, 3] and d["response_length"] == 1 and d["loss_mask"] == [1]
-    assert d["group_index"] == 4 and d["index"] == 9 and d["metadata"]["rollout_id"] == "t/0"
+    assert d["group_index"] == 4 and d["index"] == 9 and d["metadata"]["rollout"] == "t/0"
+    assert d["rollout_id"] is None and as_slime(s, rollout_id=3)["rollout_id"] == 3
+    s.metadata["weight_versions"] = [{"turn": 0, "version": "v1", "start": 0, "end": 1},
+                                     {"turn": 2, "version": 7, "start": 1, "end": 1}]
+    assert as_slime(s)["weight_versions"] == ["v1", "7"]                  # slime's per-turn list of str
     d["tokens"].append(99)
     assert s.tokens == [1, 2, 3]                                           # a copy
 

@@ -68,13 +68,18 @@ def pad_batch(samples: Sequence[Sample], *, pad_id: int = 0, advantages: Sequenc
     return {k: torch.tensor(v, dtype=torch.float32 if k in floats else torch.long) for k, v in batch.items()}
 
 
-def as_slime(sample: Sample, *, group_index: int | None = None, index: int | None = None) -> dict[str, Any]:
+def as_slime(sample: Sample, *, group_index: int | None = None, index: int | None = None,
+             rollout_id: int | None = None) -> dict[str, Any]:
     """``sample`` as the dict of slime's ``Sample`` fields (``tokens``, ``response_length``,
-    ``loss_mask`` and ``rollout_log_probs`` over the response, ``reward``, ``status``, ...);
-    ``group_index``: the group (task) it belongs to, ``index``: its place in the batch."""
+    ``loss_mask`` and ``rollout_log_probs`` over the response, ``reward``, ``status``,
+    ``weight_versions``: one per trained turn, ...); ``group_index``: the group (task) it belongs
+    to, ``index``: its place in the batch, ``rollout_id``: slime's int shared by the samples of one
+    rollout (our string id stays in ``metadata["rollout"]``)."""
+    spans = sample.metadata.get("weight_versions") or ()
     return {
         "group_index": group_index,
         "index": sample.index if index is None else index,
+        "rollout_id": rollout_id,
         "prompt": "",                       # the prompt is in ``tokens``; no text form is kept
         "tokens": list(sample.tokens),
         "response": sample.response,
@@ -84,6 +89,7 @@ def as_slime(sample: Sample, *, group_index: int | None = None, index: int | Non
         "loss_mask": list(sample.loss_mask),
         "rollout_log_probs": list(sample.rollout_log_probs),
         "status": sample.status,            # completed | truncated | aborted: slime's Status names
+        "weight_versions": [str(span["version"]) for span in spans],
         "metadata": {**sample.metadata, "session_id": sample.session_id, "branch": sample.branch,
-                     "rollout_id": sample.rollout_id},
+                     "rollout": sample.rollout_id},
     }
