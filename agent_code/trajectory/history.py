@@ -71,7 +71,7 @@ def _key_chain(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     chain = [_tools_digest(tools)]
     tool_schemas = echo.schemas(tools) if any(m.get("tool_calls") for m in messages) else {}
     for message in messages:
-        chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas) if tool_schemas else message))
+        chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas)))
     return chain
 
 
@@ -111,7 +111,7 @@ def conversation_key(turn: TurnRecord, messages_key: bytes | None = None, tool_s
     if turn.reply.get("tool_calls"):
         reply = echo.echo_form(turn.reply, echo.schemas(turn.tools) if tool_schemas is None else tool_schemas)
     else:
-        reply = turn.reply
+        reply = echo.echo_form(turn.reply, {})
     return _digest(messages_key, reply)
 
 
@@ -194,9 +194,30 @@ class SessionHistory:
         chain = _key_chain(messages, tools)
         for j in range(len(messages) - 1, 0, -1):  # a held prefix always ends with an assistant reply
             if messages[j - 1].get("role") == "assistant" and chain[j] in self.by_key:
-                return (self.by_key[chain[j]], j), chain[-1]
+                index = self._as_echoed(chain[j], messages, j, turns)
+                if index is not None:
+                    return (index, j), chain[-1]
         return None, chain[-1]
 
+    def _as_echoed(self, key: bytes, messages: Sequence[dict[str, Any]], j: int,
+                   turns: Sequence[TurnRecord]) -> int | None:
+        """The held turn whose conversation is ``messages[:j]`` (of key ``key``), each assistant
+        message's reasoning left out or shown exactly as held (``echo.reasoning_echo_ok``): the
+        latest such turn (replies that differ in their reasoning alone share a key). Without
+        ``turns`` (no records to compare with), the latest turn of that key."""
+        latest = self.by_key[key]
+        shown = [i for i in range(j) if echo.REASONING in messages[i] and messages[i].get("role") == "assistant"]
+        if not turns or not shown:
+            return latest
+
+        def agrees(index: int) -> bool:
+            held = [*turns[index].messages, turns[index].reply]
+            return all(echo.reasoning_echo_ok(messages[i], held[i]) for i in shown)
+
+        if agrees(latest):
+            return latest
+        others = sorted((i for i, k in self.key_of.items() if k == key and i != latest), reverse=True)
+        return next((i for i in others if agrees(i)), None)
 
     def _extends(self, messages: Sequence[dict[str, Any]], tools: Tools,
                  turns: Sequence[TurnRecord]) -> tuple[tuple[int, int], bytes] | None:
@@ -221,12 +242,14 @@ class SessionHistory:
                 return None
             if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
                 return None
+            if not echo.reasoning_echo_ok(last, turn.reply):
+                return None
         view = self._view(turn)
         if messages[:n - 1] != view or not all(a is b or self._same_call_types(a, b) for a, b in zip(messages, view)):
             return None
         key = self.key_of[turn.index]
         for message in messages[n:]:
-            key = _digest(key, echo.echo_form(message, tool_schemas) if tool_schemas else message)
+            key = _digest(key, echo.echo_form(message, tool_schemas))
         return (turn.index, n), key
 
     def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
