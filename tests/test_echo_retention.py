@@ -121,6 +121,26 @@ def test_chat_client_keeping_reasoning_is_one_sample_with_nothing_noted(tmp_path
     assert samples[0].metadata["client_rewrites"] == []
 
 
+def test_an_identity_less_chat_client_dropping_reasoning_stays_one_session(tmp_path):
+    """No key and no body identity: the session is found by the conversation's history
+    (gateway/identity.py), whose keys leave the dropped reasoning out as well."""
+    renderer = qwen25_renderer()
+    with scripted_gateway(tmp_path, script(turns=4), renderer, reasoning_parser="think") as (url, gateway):
+        messages: list[Any] = [{"role": "user", "content": "Echo."}]
+        sessions = set()
+        for _ in range(4):
+            r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "tools": CHAT_TOOLS, "messages": messages})
+            assert r.status_code == 200, r.text
+            sessions.add(r.headers["x-agent-code-session"])
+            message = r.json()["choices"][0]["message"]
+            assert message["reasoning_content"]
+            messages.append({"role": "assistant", "content": message["content"],
+                             **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})})
+            messages += [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in message.get("tool_calls") or []]
+        (session,) = sessions
+        assert [t.parent for t in gateway.store.get(session).turns] == [None, 0, 1, 2]
+
+
 def rewriting(at: int, change: Callable[[dict[str, Any]], dict[str, Any]], base: ChatEcho = dropping) -> ChatEcho:
     return lambda i, message: change(base(i, message)) if i == at else base(i, message)
 
