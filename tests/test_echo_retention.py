@@ -283,3 +283,28 @@ def test_the_echo_form_leaves_reasoning_out_and_the_note_names_the_drop():
         {"kind": "client-rewrite", "turn": 3, "part": "reasoning", "rewrites": [echo.DROPS_REASONING],
          "dropped_chars": len("thinking")}]
     assert echo.differences(held, held, echo.schemas(CHAT_TOOLS), 3) == []
+
+
+def test_a_chain_of_dropped_reasoning_takes_the_fast_path_and_keeps_each_rewrite_once():
+    """Each turn of a client that drops the reasoning has its parent's reply echoed rewritten:
+    the history keeps each such echo once (not the whole chain's list per turn) and still
+    finds the parent without hashing the history (``SessionHistory._extends``)."""
+    history = SessionHistory()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    turns: list[TurnRecord] = []
+    for i in range(6):
+        held = {**reply(f"thought {i}"), "content": f"Calling {i}."}
+        canonical = [*turns[-1].messages, turns[-1].reply, *messages[len(turns[-1].messages) + 1:]] if turns \
+            else list(messages)
+        turn = TurnRecord.build(session_id="s", index=i, messages=canonical, tools=CHAT_TOOLS, prompt_ids=[1],
+                                output_ids=[2], logprobs=[-0.1], finish_reason="stop", reply=held,
+                                parent=i - 1 if i else None)
+        echoed = (len(turns[-1].messages), messages[len(turns[-1].messages)]) if turns else None
+        history.add(turn, None, echoed)
+        turns.append(turn)
+        messages += [echo.echo_form(held, {}), {"role": "tool", "content": f"r{i}"}]
+        found = history._extends(messages, CHAT_TOOLS, turns)
+        assert found is not None and found[0] == (i, len(messages) - 1)
+        assert history.lookup(messages, CHAT_TOOLS) == found   # the digest path: the same answer and key
+    assert all(own is not None and len(own) == 2 for own, _ in history.echoes.values())
+    assert sorted(history.echoes) == [1, 2, 3, 4, 5] and history.echoes[5][1] == 4

@@ -146,8 +146,10 @@ class SessionHistory:
     def __init__(self) -> None:
         self.by_key: dict[bytes, int] = {}
         self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
-        # turn index -> [(position, message)]: where the client echoed a held reply rewritten
-        self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        # turn index -> ((position, message) where its request showed its parent's reply rewritten,
+        # or None; the nearest earlier turn of its chain with an entry, or None): a chain's rewrites,
+        # each kept once (every turn of a client that drops the reasoning has one)
+        self.echoes: dict[int, tuple[tuple[int, dict[str, Any]] | None, int | None]] = {}
         # id(held tools) -> (those tools, facts); id(held message) -> (that message, its calls' scalars)
         self._calls: dict[int, tuple[dict[str, Any], list[tuple[JsonPath, type]]]] = {}
 
@@ -164,12 +166,12 @@ class SessionHistory:
         if echoed is None or turn.parent is None:
             return
         position, message = echoed
-        overrides = list(self.echoes.get(turn.parent, ()))
         held = turn.messages[position] if 0 <= position < len(turn.messages) else None
-        if held is None or message != held or not self._same_call_types(message, held):
-            overrides.append((position, message))
-        if overrides:
-            self.echoes[turn.index] = overrides
+        own = (position, message) if held is None or message != held or not self._same_call_types(message, held) \
+            else None
+        earlier = turn.parent if turn.parent in self.echoes else None
+        if own is not None or earlier is not None:
+            self.echoes[turn.index] = (own, earlier)
 
     def forget(self, index: int) -> None:
         """Drop the turns from ``index`` on (a commit that failed: turn_flow.forget_turn)."""
@@ -273,13 +275,14 @@ class SessionHistory:
     def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
         """``turn.messages`` as its client sent them: the canonical replies they hold replaced
         where the client echoed one rewritten."""
-        overrides = self.echoes.get(turn.index)
-        if not overrides:
+        if turn.index not in self.echoes:
             return turn.messages
         view = list(turn.messages)
-        for position, message in overrides:
-            if position < len(view):
-                view[position] = message
+        index: int | None = turn.index
+        while index is not None:
+            own, index = self.echoes[index]
+            if own is not None and own[0] < len(view):
+                view[own[0]] = own[1]
         return view
 
 
