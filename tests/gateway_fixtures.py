@@ -77,9 +77,10 @@ def write_script(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
 
 @contextlib.contextmanager
 def scripted_gateway(tmp_path: Path, lines: list[dict[str, Any]], renderer: Any, *,
-                     store: SessionStore | None = None, **app_kw: Any) -> Iterator[tuple[str, Gateway]]:
+                     store: SessionStore | None = None, reasoning_parser: str | None = None,
+                     **app_kw: Any) -> Iterator[tuple[str, Gateway]]:
     engine = ScriptedEngine(write_script(tmp_path, lines), renderer)
-    gateway = Gateway(engine, renderer, model_name="test-model", store=store)
+    gateway = Gateway(engine, renderer, model_name="test-model", store=store, reasoning_parser=reasoning_parser)
     with BackgroundServer(create_app(gateway, **app_kw)) as server:
         yield server.url, gateway
 

@@ -197,11 +197,12 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 async def read_json(request: Request, limit: int, parse: Callable[[bytes], Any] = parse_json_body) -> Any:
     """The request's JSON body (see :func:`read_body` and :func:`parse_json_body`, or ``parse``);
-    a large one is parsed off the event loop. Its size is left in ``request.state.body_bytes``."""
+    a large one is parsed off the event loop. Its size is left in ``request.state.body_bytes``, the
+    bytes in ``request.state.raw_body`` (identical retries: ``gateway/replay.py``)."""
     from agent_code.gateway import offload
 
     raw = await read_body(request, limit)
-    request.state.body_bytes = len(raw)
+    request.state.body_bytes, request.state.raw_body = len(raw), raw
     return await offload.run_if(len(raw) >= offload.LARGE_BODY_BYTES, parse, raw)
 
 

@@ -398,9 +398,10 @@ class Gateway:
             record.drift, record.branch_hint = list(plan.drift), plan.branch_hint
             record.notes = list(plan.notes)
             for note in plan.notes:
-                logging.getLogger("agent_code.gateway").info("session %s turn %d: the client echoed turn %d's %s call rewritten (%s); "
-                         "the held ids were kept", session.id, record.index, note["turn"], note["tool"],
-                         "; ".join(note["rewrites"]) or "no known rewrite")
+                what = "reasoning" if note.get("part") == "reasoning" else f"{note.get('tool')} call"
+                logging.getLogger("agent_code.gateway").info(
+                    "session %s turn %d: the client echoed turn %d's %s rewritten (%s); the held ids were kept",
+                    session.id, record.index, note["turn"], what, "; ".join(note["rewrites"]) or "no known rewrite")
         session.turns.append(record)
         shared = plan if plan is not None and plan.parent is not None and plan.held_messages > 0 else None
         session.history.add(record, plan.messages_key if plan is not None else None,

@@ -35,6 +35,7 @@ from agent_code.trajectory.records import TurnRecord
 
 if TYPE_CHECKING:
     from agent_code.gateway.body_memo import BodyMemo
+    from agent_code.gateway.replay import Answer
     from agent_code.protocols.anthropic import TranslationMemo
 
 T = TypeVar("T")
@@ -63,6 +64,7 @@ class Session:
     last_body_bytes: int | None = None  # the size of its previous request's body (gateway/turn_flow.py)
     translation_memo: TranslationMemo | None = None   # its previous request, translated
     body_memo: BodyMemo | None = None   # its previous request's body, parsed (gateway/body_memo.py)
+    last_answer: Answer | None = None   # its last answered request and reply (gateway/replay.py)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)   # the order of its requests
     guard: threading.RLock = field(default_factory=threading.RLock, repr=False)  # one worker thread at a time
 

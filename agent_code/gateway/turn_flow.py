@@ -30,6 +30,10 @@ reply carries ``x-agent-code-session`` (the session id, useful
 for clients grouped by history) and, when the translation dropped or rewrote something,
 ``x-agent-code-notes``; the notes are also logged. A JSON reply also carries the turn's
 recorded timings as ``Server-Timing`` (render, engine, parse, total; in milliseconds).
+
+A request that repeats the session's last answered one (an SDK's retry) is answered, under the
+session's lock and its checks, with that reply's bytes again: nothing is generated or recorded
+(:mod:`.replay`; the answer is remembered in the same step as its turn).
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ from typing import Any, AsyncIterator, Callable, Iterable, ParamSpec, Protocol, 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from agent_code.gateway import offload
-from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, disconnected,
-                                     json_response, unless_disconnected)
+from agent_code.gateway import offload, replay
+from agent_code.gateway.http import (STORAGE_FULL, ClientGone, HttpError, as_http_error, disconnected, json_bytes,
+                                     unless_disconnected)
 from agent_code.gateway.pipeline import Gateway, PendingTurn, PreparedTurn, TurnOutcome
 from agent_code.gateway.sessions import Session
 from agent_code.parse.incremental import Progress, advance
@@ -210,12 +214,18 @@ class TurnFlow:
         headers = reply_headers(session, chat)
         try:
             async with session.lock:  # in the session's order
+                answered = replay.matching(session.last_answer, request)
+                if answered is not None:   # an identical retry (gateway/replay.py)
+                    session.check_open()
+                    log.info("session %s: an identical retry of its last answered request; the reply is "
+                             "sent again (nothing generated, nothing recorded)", session.id)
+                    return replay.response(answered)
                 light = light_turn(session, getattr(request.state, "body_bytes", None))
                 turn = await prepare_in_session(self.gw, session, chat, light, busy=self.answering >= OFF_LOOP_MIN_ANSWERING)
         except Exception as exc:
             return self._error(out, exc, headers)
         if chat.stream:
-            return StreamingResponse(self._stream(session, turn, out, started, after_commit),
+            return StreamingResponse(self._stream(request, session, turn, out, started, after_commit, headers),
                                      media_type="text/event-stream", headers={**STREAM_HEADERS, **headers})
         try:
             outcome = await unless_disconnected(request, self.gw.generate(session, turn))
@@ -223,14 +233,16 @@ class TurnFlow:
             return Response(status_code=499)  # nobody is listening; nothing is recorded
         except Exception as exc:
             return self._error(out, exc, headers)
-        payload = out.body(outcome)
+        content = json_bytes(out.body(outcome))
         if disconnected(request):
             return Response(status_code=499)
         try:
-            record = await self._commit(session, outcome, out, started, after_commit)
+            record = await self._commit(session, outcome, out, started, after_commit,
+                                        lambda: replay.remembered(request, 200, "application/json", headers, [content]))
         except NotRecorded as exc:
             return self._error(out, exc.error, headers)
-        return json_response(payload, headers={**headers, "server-timing": server_timing(record.timing)})
+        return Response(content, media_type="application/json",
+                        headers={**headers, "server-timing": server_timing(record.timing)})
 
     @staticmethod
     def _error(out: WayOut, exc: BaseException, headers: dict[str, str]) -> Response:
@@ -239,8 +251,9 @@ class TurnFlow:
         return response
 
     async def _commit(self, session: Session, outcome: TurnOutcome, out: WayOut, started: float,
-                      after_commit: AfterCommit | None) -> TurnRecord:
-        """Record the turn (off the loop, under the session's lock: its log line is fsynced).
+                      after_commit: AfterCommit | None, answer: Callable[[], replay.Answer | None]) -> TurnRecord:
+        """Record the turn (off the loop, under the session's lock: its log line is fsynced),
+        and with it ``answer()``, the session's last answered request (``gateway/replay.py``).
         If its turn log line cannot be written (disk full, I/O error), the turn is taken back
         out of the session too and :class:`NotRecorded` is raised: the client then gets an
         error instead of a reply the trajectory does not hold."""
@@ -248,10 +261,12 @@ class TurnFlow:
         def commit() -> TurnRecord:
             index = len(session.turns)
             try:
-                return self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
+                record = self.gw.commit(session, outcome, out.protocol, time.perf_counter() - started)
             except OSError as exc:
                 forget_turn(session, index)
                 raise NotRecorded(exc) from exc
+            session.last_answer = answer()
+            return record
 
         # With no turn log there is nothing to write: a few microseconds of bookkeeping, done here
         # at once when no worker thread holds the session (no await: nothing can interrupt it).
@@ -268,10 +283,11 @@ class TurnFlow:
             after_commit(session, record)
         return record
 
-    async def _stream(self, session: Session, turn: PreparedTurn, out: WayOut, started: float,
-                      after_commit: AfterCommit | None) -> AsyncIterator[bytes]:
+    async def _stream(self, request: Request, session: Session, turn: PreparedTurn, out: WayOut, started: float,
+                      after_commit: AfterCommit | None, headers: dict[str, str]) -> AsyncIterator[bytes]:
         """If the client goes away, Starlette cancels this generator: the engine task is
-        cancelled with it and nothing is recorded."""
+        cancelled with it and nothing is recorded. What it sends but keep-alive pings is kept
+        for an identical retry (``gateway/replay.py``)."""
         latest: list[Progress] = []
         wake = asyncio.Event()
 
@@ -282,8 +298,10 @@ class TurnFlow:
         streams = getattr(out, "progress", None) is not None
         task = asyncio.ensure_future(self.gw.generate(session, turn, heard) if streams
                                      else self.gw.generate(session, turn))
+        kept: list[bytes] = []
         try:
             for chunk in out.opening(turn):
+                kept.append(chunk)
                 yield chunk
             sent, last_write = Progress(), time.monotonic()
             while not task.done():
@@ -299,6 +317,7 @@ class TurnFlow:
                 if latest:
                     news, sent = advance(sent, latest.pop())
                     chunks = out.progress(news) if news else []
+                    kept += chunks
                 if not chunks and not task.done() and time.monotonic() >= last_write + self.ping_interval_s:
                     chunks = [out.keepalive()]
                 for chunk in chunks:
@@ -313,8 +332,10 @@ class TurnFlow:
             before, after = out.reply_events(outcome)
             for chunk in before:
                 yield chunk
+            kept += [*before, *after]
             try:
-                await self._commit(session, outcome, out, started, after_commit)
+                await self._commit(session, outcome, out, started, after_commit, lambda: replay.remembered(
+                    request, 200, "text/event-stream", {**STREAM_HEADERS, **headers}, kept))
             except NotRecorded as exc:
                 yield out.stream_error(exc.error)  # instead of the last event: the reply is void
                 return

@@ -33,6 +33,32 @@ them costs nothing.
 
 Keys in another order and JSON re-serialisation never matter: arguments are compared as parsed
 JSON objects, keys sorted.
+
+**Dropped reasoning.** Most clients do not echo the model's reasoning: a Chat Completions
+client drops ``reasoning_content`` from the assistant messages it resends, an Anthropic client
+drops the ``thinking`` blocks (always, when it did not ask for thinking: the gateway sends none
+then). The echo form of an assistant message therefore leaves its reasoning out, and
+:func:`reasoning_echo_ok` keeps the tolerance to that exact drop: an echoed message that does
+carry reasoning must carry the held reasoning, character for character (a client that rewrites
+the reasoning, or adds some to a reply that had none, does not continue the held turn: a new
+root, as before). Visible text and tool calls are compared as always, so a client that drops
+the reasoning *and* changes the text is not merged either. The drop is noted like the rows
+above (``"part": "reasoning"``, with the number of characters dropped, not the text).
+
+| client | rewrite | shown by |
+|---|---|---|
+| Chat Completions clients (OpenAI SDK agents, …) | drop ``reasoning_content`` | ``tests/test_echo_retention.py::test_chat_client_dropping_reasoning_is_one_sample`` |
+| Anthropic clients | drop ``thinking`` blocks | ``tests/test_echo_retention.py::test_anthropic_client_dropping_thinking_is_one_sample`` |
+
+**Thinking retention (what later prompts hold of the model's reasoning).** Under the ``tokens``
+history policy (the default) a turn's prompt is its parent's prompt and output, held: the model's
+reasoning stays in every later prompt exactly as it was sampled, whether the client echoed it,
+dropped it, or the chat template would strip it from earlier turns (Qwen3's does). What the
+model saw is what it generated, and a conversation stays one sample. Under the ``template``
+policy the prompt is what the template renders from the messages the client sent: a dropped
+reasoning is not rendered (nor, with templates that strip earlier reasoning, an echoed one),
+the held reply then differs from the rendering inside its output, and the sampled tokens past
+that point are masked out of training (a ``realigned`` drift event), as for any re-render.
 """
 
 from __future__ import annotations
@@ -112,10 +138,25 @@ def echo_args(tool: str, args: object, props: Mapping[str, Any],
     return args, applied
 
 
+REASONING = "reasoning_content"
+DROPS_REASONING = "drops the model's reasoning (reasoning_content, thinking blocks) from the replies it echoes"
+
+
+def reasoning_echo_ok(echoed: Mapping[str, Any], held: Mapping[str, Any]) -> bool:
+    """Whether ``echoed`` shows ``held``'s reasoning as :func:`echo_form` tolerates it: left out,
+    or exactly as held."""
+    return REASONING not in echoed or echoed.get(REASONING) == held.get(REASONING)
+
+
 def echo_form(message: Mapping[str, Any], tool_schemas: Schemas) -> Mapping[str, Any]:
-    """An assistant message with every tool call's arguments in echo form (others unchanged;
-    the message itself when nothing changes, so the common case copies nothing)."""
-    calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+    """An assistant message without its reasoning and with every tool call's arguments in echo
+    form (others unchanged; the message itself when nothing changes, so the common case copies
+    nothing)."""
+    if message.get("role") != "assistant":
+        return message
+    if REASONING in message:
+        message = {k: v for k, v in message.items() if k != REASONING}
+    calls = message.get("tool_calls")
     if not calls:
         return message
     new_calls, changed = [], False
@@ -134,8 +175,13 @@ def echo_form(message: Mapping[str, Any], tool_schemas: Schemas) -> Mapping[str,
 
 def differences(held: Mapping[str, Any], echoed: Mapping[str, Any], tool_schemas: Schemas,
                 turn: int) -> list[dict[str, Any]]:
-    """Notes for each tool call the client echoed rewritten (``held``: the model's reply)."""
+    """Notes for the reasoning the client left out and each tool call it echoed rewritten
+    (``held``: the model's reply)."""
     notes: list[dict[str, Any]] = []
+    reasoning = held.get(REASONING)
+    if reasoning and REASONING not in echoed:
+        notes.append({"kind": "client-rewrite", "turn": turn, "part": "reasoning", "rewrites": [DROPS_REASONING],
+                      "dropped_chars": len(reasoning)})
     held_calls, echoed_calls = held.get("tool_calls") or [], echoed.get("tool_calls") or []
     for position, (h, e) in enumerate(zip(held_calls, echoed_calls)):
         name, held_args = _call_parts(h)

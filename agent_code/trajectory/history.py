@@ -71,7 +71,7 @@ def _key_chain(messages: Sequence[dict[str, Any]], tools: Tools) -> list[bytes]:
     chain = [_tools_digest(tools)]
     tool_schemas = echo.schemas(tools) if any(m.get("tool_calls") for m in messages) else {}
     for message in messages:
-        chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas) if tool_schemas else message))
+        chain.append(_digest(chain[-1], echo.echo_form(message, tool_schemas)))
     return chain
 
 
@@ -111,7 +111,7 @@ def conversation_key(turn: TurnRecord, messages_key: bytes | None = None, tool_s
     if turn.reply.get("tool_calls"):
         reply = echo.echo_form(turn.reply, echo.schemas(turn.tools) if tool_schemas is None else tool_schemas)
     else:
-        reply = turn.reply
+        reply = echo.echo_form(turn.reply, {})
     return _digest(messages_key, reply)
 
 
@@ -146,8 +146,10 @@ class SessionHistory:
     def __init__(self) -> None:
         self.by_key: dict[bytes, int] = {}
         self.key_of: dict[int, bytes] = {}                     # turn index -> its conversation key
-        # turn index -> [(position, message)]: where the client echoed a held reply rewritten
-        self.echoes: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        # turn index -> ((position, message) where its request showed its parent's reply rewritten,
+        # or None; the nearest earlier turn of its chain with an entry, or None): a chain's rewrites,
+        # each kept once (every turn of a client that drops the reasoning has one)
+        self.echoes: dict[int, tuple[tuple[int, dict[str, Any]] | None, int | None]] = {}
         # id(held tools) -> (those tools, facts); id(held message) -> (that message, its calls' scalars)
         self._calls: dict[int, tuple[dict[str, Any], list[tuple[JsonPath, type]]]] = {}
 
@@ -164,12 +166,12 @@ class SessionHistory:
         if echoed is None or turn.parent is None:
             return
         position, message = echoed
-        overrides = list(self.echoes.get(turn.parent, ()))
         held = turn.messages[position] if 0 <= position < len(turn.messages) else None
-        if held is None or message != held or not self._same_call_types(message, held):
-            overrides.append((position, message))
-        if overrides:
-            self.echoes[turn.index] = overrides
+        own = (position, message) if held is None or message != held or not self._same_call_types(message, held) \
+            else None
+        earlier = turn.parent if turn.parent in self.echoes else None
+        if own is not None or earlier is not None:
+            self.echoes[turn.index] = (own, earlier)
 
     def forget(self, index: int) -> None:
         """Drop the turns from ``index`` on (a commit that failed: turn_flow.forget_turn)."""
@@ -194,9 +196,30 @@ class SessionHistory:
         chain = _key_chain(messages, tools)
         for j in range(len(messages) - 1, 0, -1):  # a held prefix always ends with an assistant reply
             if messages[j - 1].get("role") == "assistant" and chain[j] in self.by_key:
-                return (self.by_key[chain[j]], j), chain[-1]
+                index = self._as_echoed(chain[j], messages, j, turns)
+                if index is not None:
+                    return (index, j), chain[-1]
         return None, chain[-1]
 
+    def _as_echoed(self, key: bytes, messages: Sequence[dict[str, Any]], j: int,
+                   turns: Sequence[TurnRecord]) -> int | None:
+        """The held turn whose conversation is ``messages[:j]`` (of key ``key``), each assistant
+        message's reasoning left out or shown exactly as held (``echo.reasoning_echo_ok``): the
+        latest such turn (replies that differ in their reasoning alone share a key). Without
+        ``turns`` (no records to compare with), the latest turn of that key."""
+        latest = self.by_key[key]
+        shown = [i for i in range(j) if echo.REASONING in messages[i] and messages[i].get("role") == "assistant"]
+        if not turns or not shown:
+            return latest
+
+        def agrees(index: int) -> bool:
+            held = [*turns[index].messages, turns[index].reply]
+            return all(echo.reasoning_echo_ok(messages[i], held[i]) for i in shown)
+
+        if agrees(latest):
+            return latest
+        others = sorted((i for i, k in self.key_of.items() if k == key and i != latest), reverse=True)
+        return next((i for i in others if agrees(i)), None)
 
     def _extends(self, messages: Sequence[dict[str, Any]], tools: Tools,
                  turns: Sequence[TurnRecord]) -> tuple[tuple[int, int], bytes] | None:
@@ -221,12 +244,14 @@ class SessionHistory:
                 return None
             if _digest(b"", echo.echo_form(last, tool_schemas)) != _digest(b"", echo.echo_form(turn.reply, tool_schemas)):
                 return None
+            if not echo.reasoning_echo_ok(last, turn.reply):
+                return None
         view = self._view(turn)
         if messages[:n - 1] != view or not all(a is b or self._same_call_types(a, b) for a, b in zip(messages, view)):
             return None
         key = self.key_of[turn.index]
         for message in messages[n:]:
-            key = _digest(key, echo.echo_form(message, tool_schemas) if tool_schemas else message)
+            key = _digest(key, echo.echo_form(message, tool_schemas))
         return (turn.index, n), key
 
     def _tools_facts(self, tools: Tools) -> tuple[list[tuple[JsonPath, type]], echo.Schemas]:
@@ -250,13 +275,14 @@ class SessionHistory:
     def _view(self, turn: TurnRecord) -> list[dict[str, Any]]:
         """``turn.messages`` as its client sent them: the canonical replies they hold replaced
         where the client echoed one rewritten."""
-        overrides = self.echoes.get(turn.index)
-        if not overrides:
+        if turn.index not in self.echoes:
             return turn.messages
         view = list(turn.messages)
-        for position, message in overrides:
-            if position < len(view):
-                view[position] = message
+        index: int | None = turn.index
+        while index is not None:
+            own, index = self.echoes[index]
+            if own is not None and own[0] < len(view):
+                view[own[0]] = own[1]
         return view
 
 
