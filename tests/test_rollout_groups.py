@@ -65,7 +65,8 @@ def test_engine_cache_line_only_when_the_engine_reports_it():
 
 
 def test_the_rollouts_sampling_opens_each_session(monkeypatch):
-    """--temperature/--top-p/--top-k/--max-tokens reach the gateway as the session's sampling."""
+    """--temperature/--top-p/--top-k reach the gateway as the session's sampling, --max-tokens and
+    --max-context-tokens as its caps."""
     import asyncio
 
     from typer.testing import CliRunner
@@ -86,9 +87,10 @@ def test_the_rollouts_sampling_opens_each_session(monkeypatch):
     class Task:
         id = "t"
 
-    config = RolloutConfig(sampling={"temperature": 0.7, "max_new_tokens": 1024})
+    config = RolloutConfig(sampling={"temperature": 0.7}, max_new_tokens=1024, max_context_tokens=32768)
     result, samples = asyncio.run(run_rollout(Task(), 0, config, Client()))
-    assert opened == [{"max_turns": None, "sampling": {"temperature": 0.7, "max_new_tokens": 1024}}]
+    assert opened == [{"max_turns": None, "sampling": {"temperature": 0.7}, "max_new_tokens": 1024,
+                       "max_context_tokens": 32768}]
     assert result.abort_reason == "gateway" and samples == []
 
     seen = {}
@@ -99,7 +101,9 @@ def test_the_rollouts_sampling_opens_each_session(monkeypatch):
     monkeypatch.setattr(cli_rollout, "_run", fake_run)
     out = CliRunner().invoke(cli_rollout.app, ["bundled", "--engine", "scripted:x.jsonl", "--temperature", "0.7",
                                                "--top-p", "0.8", "--top-k", "20", "--max-tokens", "64",
+                                               "--max-context-tokens", "4096",
                                                "--out", str(__import__("tempfile").mkdtemp())])
     assert out.exit_code == 0, out.output
-    assert seen["config"].sampling == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_new_tokens": 64}
+    assert seen["config"].sampling == {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    assert (seen["config"].max_new_tokens, seen["config"].max_context_tokens) == (64, 4096)
     assert seen["config"].tool_profile == "full"  # auto: full on a scripted engine

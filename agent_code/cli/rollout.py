@@ -73,7 +73,11 @@ def rollout(
     top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling for every turn."),
     top_k: Optional[int] = typer.Option(None, "--top-k", min=1, help="Top-k sampling for every turn."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
-                                             help="Most tokens a turn may sample, whatever the agent asks for."),
+                                             help="Most tokens a turn may sample, whatever the agent asks for (a "
+                                                  "request asking for fewer keeps its own)."),
+    max_context_tokens: Optional[int] = typer.Option(None, "--max-context-tokens", min=1,
+                                                     help="Context budget of a turn, prompt and reply: a reply is "
+                                                          "cut to fit (it stops as max_tokens)."),
     tool_profile: str = typer.Option("auto", "--tool-profile",
                                      help="agent-code's tools: full, small (four tools, whole-file writes, a prompt that spells out "
                                           "the working pattern: for small models) or auto (small on an "
@@ -121,10 +125,9 @@ def rollout(
     out_dir.mkdir(parents=True, exist_ok=True)
     config = RolloutConfig(agent=agent, sandbox=sandbox, samples_per_task=samples_per_task, concurrency=concurrency,
                            budget=budget, partial=partial, model=model, max_steps=max_steps, max_turns=max_turns,
-                           tool_profile=tool_profile,
+                           tool_profile=tool_profile, max_new_tokens=max_tokens, max_context_tokens=max_context_tokens,
                            sampling={k: v for k, v in (("temperature", temperature), ("top_p", top_p),
-                                                       ("top_k", top_k), ("max_new_tokens", max_tokens))
-                                     if v is not None},
+                                                       ("top_k", top_k)) if v is not None},
                            sandbox_options=_hidden(sandbox, path, out_dir))
     if gateway_url and not admin_token:
         err.print(f"agent-code rollout: --gateway {gateway_url} needs --admin-token (or AGENT_CODE_ADMIN_TOKEN): "

@@ -9,7 +9,7 @@ Request::
 
 Response: ``{"text", "output_ids"?, "meta_info": {"id", "finish_reason": {"type": "stop" |
 "length" | "abort", "matched"?, "message"?}, "prompt_tokens", "completion_tokens",
-"cached_tokens", "output_token_logprobs": [[logprob, token_id, text|null], ...]}}``.
+"cached_tokens", "weight_version", "output_token_logprobs": [[logprob, token_id, text|null], ...]}}``.
 ``output_ids`` is used when the server returns it, else the ids of ``output_token_logprobs``;
 they must agree in length with the logprobs. ``logprob_start_len: -1`` asks for the output
 tokens' logprobs only (no prompt logprobs, which would cost a prefill pass).
@@ -21,6 +21,13 @@ context) raises :class:`EngineError` with SGLang's message — an :class:`Engine
 ``status_code`` blames the request, as does an HTTP 400/413/422 or an error event in a stream (a
 prompt over the context): those refuse this request and say nothing of the server's health.
 ``healthy`` probes ``GET /health``.
+
+Weight version: SGLang puts its ``--weight-version`` in every reply's ``meta_info["weight_version"]``
+(a string, set again by ``POST /update_weight_version {"new_version"}`` or by a weight update that
+names one, as slime's does). It becomes the generation's ``meta["weight_version"]``, which the
+gateway records for the turn in place of its own counter (:mod:`agent_code.gateway.weights`).
+``"default"``, SGLang's value until someone sets one, says nothing and is left out (the gateway's
+counter stands), as is anything that is not a short non-empty string or integer.
 
 Streaming (``stream``): the same request with ``"stream": true`` answers server-sent events, one
 ``data: {...}`` per decode step and ``data: [DONE]``; each event has ``meta_info.completion_tokens``
@@ -60,6 +67,18 @@ from agent_code.protocols.canonical import SamplingParams
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
 _RID_UNSAFE = re.compile(r"[^A-Za-z0-9.\-]")
+UNSET_WEIGHT_VERSION = "default"   # SGLang's --weight-version until one is set
+MAX_WEIGHT_VERSION_CHARS = 256     # the gateway's admin resume takes no longer one
+
+
+def reported_weight_version(value: object) -> str | None:
+    """The weight version a reply's ``meta_info`` names, or None where it names none of its own."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value).strip()
+    if not text or text == UNSET_WEIGHT_VERSION or len(text) > MAX_WEIGHT_VERSION_CHARS:
+        return None
+    return text
 
 
 class SGLangEngine:
@@ -224,6 +243,9 @@ class SGLangEngine:
             extra["stop"] = finish["matched"]
         if "cached_tokens" in meta:
             extra["cached_tokens"] = meta["cached_tokens"]
+        version = reported_weight_version(meta.get("weight_version"))
+        if version is not None:
+            extra["weight_version"] = version
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason=kind,
                           prompt_tokens=int(meta.get("prompt_tokens", n_prompt)), meta=extra)
 

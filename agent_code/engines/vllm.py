@@ -26,6 +26,13 @@ after the stream began comes as a ``data: {"error": {...}}`` event. An HTTP 400/
 over the context) and an error event that names no 5xx are :class:`EngineRequestError`: they refuse
 this request and say nothing of the server's health. ``healthy`` probes ``GET /health``.
 
+Weight version: vLLM's replies carry none (neither ``/v1/completions`` nor its token-in
+``/inference/v1/generate``; its dev-mode ``GET /weight_info`` says the version *now*, which a
+weight update can change between a reply and the question), so a generation here has no
+``meta["weight_version"]`` and the gateway records its own counter, which the trainer sets when it
+resumes admission after an update (``POST /v1/admin/resume {"weight_version"}``,
+:mod:`agent_code.gateway.weights`).
+
 Cancellation closes the HTTP request; vLLM's server aborts a request whose client
 disconnected (its API handlers are wrapped to cancel on disconnect), freeing the sequence.
 

@@ -189,9 +189,11 @@ class Gateway:
 
     def sampling_for(self, session: Session, request: ChatRequest, prompt_len: int) -> SamplingParams:
         """The request's sampling, overridden by the session's (the trainer decides), then
-        clamped to the session's context budget."""
+        clamped to the session's cap on new tokens and to its context budget."""
         overrides = {k: v for k, v in session.sampling.items() if k in SAMPLING_KEYS and v is not None}
         sampling = replace(request.sampling, **overrides)
+        if session.max_new_tokens is not None:
+            sampling = replace(sampling, max_new_tokens=min(sampling.max_new_tokens, session.max_new_tokens))
         if session.max_context_tokens is not None:
             room = session.max_context_tokens - prompt_len
             sampling = replace(sampling, max_new_tokens=max(0, min(sampling.max_new_tokens, room)))

@@ -1,6 +1,7 @@
 """The session management routes — the orchestrator's (who may use them: :mod:`.auth`):
 
-    POST   /v1/sessions                  open one {"session_id", "sampling"?, "max_context_tokens"?, "max_turns"?}
+    POST   /v1/sessions                  open one {"session_id", "sampling"?, "max_context_tokens"?, "max_turns"?,
+                                                   "max_new_tokens"?}
     GET    /v1/sessions/{id}             its summary
     GET    /v1/sessions/{id}/turns       its recorded turns
     POST   /v1/sessions/{id}/finish      close it with a reward → its samples
@@ -28,7 +29,8 @@ from agent_code.gateway.routes_anthropic import error_response
 from agent_code.trajectory.samples import SAMPLE_STATUSES
 
 PREFIX = "/v1/sessions/"
-SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int}
+SESSION_FIELDS = {"session_id": str, "sampling": dict, "max_context_tokens": int, "max_turns": int,
+                  "max_new_tokens": int}
 # a session's sampling defaults, checked when the session opens (not at its first turn)
 SAMPLING_FIELDS: dict[str, Any] = {"temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int,
                                    "max_new_tokens": int}
@@ -82,7 +84,8 @@ class SessionRoutes:
             self.guard.require(request, "open", body["session_id"])
             session = self.gateway.store.open(body["session_id"], sampling=body.get("sampling"),
                                               max_context_tokens=body.get("max_context_tokens"),
-                                              max_turns=body.get("max_turns"))
+                                              max_turns=body.get("max_turns"),
+                                              max_new_tokens=body.get("max_new_tokens"))
             return json_response(session.summary(), status=201)
         except Exception as exc:
             return error_response(as_http_error(exc))

@@ -2,8 +2,10 @@
 
 A session is opened explicitly (``POST /v1/sessions``) or on first use. The session id
 is what the client sends as its API key. Limits: a turn cap (the next request gets
-429), a cap on requests generating at once in one session (429), and a context budget that
-clamps ``max_new_tokens`` (a reply that hits it stops with ``max_tokens``). A closed session
+429), a cap on requests generating at once in one session (429), a cap on each turn's new
+tokens (``max_new_tokens``: a request asking for more gets that many) and a context budget that
+clamps ``max_new_tokens`` to what is left of it (a reply that hits either stops with ``max_tokens``,
+its turn record's finish reason ``length``). A closed session
 refuses further turns (503). The store caps how many sessions are open at once
 (``max_sessions``: opening one more, explicitly or on first use, is 429); a finished or
 deleted session frees its slot.
@@ -51,6 +53,7 @@ class Session:
     sampling: dict[str, Any] = field(default_factory=dict)   # defaults merged into each request
     max_context_tokens: int | None = None
     max_turns: int | None = None
+    max_new_tokens: int | None = None   # the most tokens one turn may sample, whatever the request asks
     turns: list[TurnRecord] = field(default_factory=list)
     history: SessionHistory = field(default_factory=SessionHistory, repr=False)
     closed: bool = False
@@ -85,7 +88,7 @@ class Session:
     def summary(self) -> dict[str, Any]:
         return {"session_id": self.id, "turns": len(self.turns), "closed": self.closed,
                 "max_context_tokens": self.max_context_tokens, "max_turns": self.max_turns,
-                "sampling": self.sampling, "created_at": self.created_at}
+                "max_new_tokens": self.max_new_tokens, "sampling": self.sampling, "created_at": self.created_at}
 
 
 class SessionStore:
@@ -114,7 +117,8 @@ class SessionStore:
                                f"session '{session_id}' was finished or deleted and cannot be reopened")
 
     def open(self, session_id: str, *, sampling: dict[str, Any] | None = None,
-             max_context_tokens: int | None = None, max_turns: int | None = None) -> Session:
+             max_context_tokens: int | None = None, max_turns: int | None = None,
+             max_new_tokens: int | None = None) -> Session:
         self._refuse_ended(session_id)
         if session_id in self.sessions:
             raise SessionError(409, "invalid_request_error", f"session '{session_id}' already exists")
@@ -124,7 +128,8 @@ class SessionStore:
                                f"delete one before opening session '{session_id}'")
         session = Session(session_id, sampling=dict(sampling or {}),
                           max_context_tokens=max_context_tokens or self.default_max_context,
-                          max_turns=max_turns or self.default_max_turns, max_in_flight=self.max_in_flight)
+                          max_turns=max_turns or self.default_max_turns, max_new_tokens=max_new_tokens,
+                          max_in_flight=self.max_in_flight)
         self.sessions[session_id] = session
         self._open += 1
         return session

@@ -8,6 +8,11 @@ only the orchestrator open, read, finish and delete sessions: give the client th
 (``GatewayClient(url, admin_token=T)``), or set it for everything in a context with
 :func:`admin_token_scope` (what ``agent-code rollout --admin-token`` does). It is sent as the
 ``x-agent-code-admin`` header, never as an API key, so it never becomes a session id.
+
+Weight updates (the trainer's side of :mod:`agent_code.gateway.weights`, with the same token):
+``await client.pause()`` (``mode="reject"`` refuses new turns with a 503 instead of holding
+them), poll ``await client.weights()`` until ``["drained"]``, update the engine's weights, then
+``await client.resume("v8")``: every turn admitted from then on records ``v8``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import secrets
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 from urllib.parse import quote
 
@@ -80,8 +85,10 @@ class GatewayClient:
         return response.json()
 
     async def open_session(self, session_id: str, *, sampling: dict[str, Any] | None = None,
-                           max_context_tokens: int | None = None, max_turns: int | None = None) -> dict[str, Any]:
-        options = {"sampling": sampling, "max_context_tokens": max_context_tokens, "max_turns": max_turns}
+                           max_context_tokens: int | None = None, max_turns: int | None = None,
+                           max_new_tokens: int | None = None) -> dict[str, Any]:
+        options = {"sampling": sampling, "max_context_tokens": max_context_tokens, "max_turns": max_turns,
+                   "max_new_tokens": max_new_tokens}
         body = {"session_id": session_id, **{k: v for k, v in options.items() if v is not None}}
         return await self._call("POST", "/v1/sessions", body)
 
@@ -98,6 +105,24 @@ class GatewayClient:
     async def delete(self, session_id: str) -> None:
         """Forget a session on the gateway (its turns stay in the gateway's trajectory dir)."""
         await self._call("DELETE", f"/v1/sessions/{_seg(session_id)}")
+
+    async def pause(self, mode: Literal["wait", "reject"] = "wait") -> dict[str, Any]:
+        """Stop admitting new turns (``wait``: they are held until :meth:`resume`; ``reject``: they
+        are refused with a 503); turns already generating finish. Returns :meth:`weights`' status."""
+        if mode not in ("wait", "reject"):
+            raise GatewayClientError(f"pause mode must be 'wait' or 'reject', not {mode!r}")
+        return await self._call("POST", "/v1/admin/pause", {"mode": mode})
+
+    async def resume(self, weight_version: str | None = None) -> dict[str, Any]:
+        """Admit new turns again; with ``weight_version``, they (and every later turn) record it
+        (an engine that reports its own version still wins). Returns the status."""
+        return await self._call("POST", "/v1/admin/resume",
+                                {"weight_version": weight_version} if weight_version is not None else {})
+
+    async def weights(self) -> dict[str, Any]:
+        """The gateway's weight status: ``weight_version``, ``paused``, ``mode``, ``generating``,
+        ``waiting`` and ``drained`` (no turn generating: the moment to update the weights)."""
+        return await self._call("GET", "/v1/admin/weights")
 
     async def requires_admin_token(self) -> bool:
         """Whether the gateway refuses its session routes to a request without the admin token

@@ -43,6 +43,7 @@ from agent_code.tasks import Task
 from agent_code.trajectory.samples import Sample
 
 if TYPE_CHECKING:   # the gateway is imported when one is started
+    from agent_code.engines.base import Engine
     from agent_code.gateway.server import GatewayOptions
 
 __all__ = ["Group", "INFRA_ABORTS", "LocalGateway", "local_gateway", "stream_groups"]
@@ -163,18 +164,21 @@ class LocalGateway:
 
 
 @asynccontextmanager
-async def local_gateway(engine: str, *, trajectory_dir: str | None = None, admin_token: str | None = None,
+async def local_gateway(engine: str | Engine, *, trajectory_dir: str | None = None, admin_token: str | None = None,
                         **options: Unpack[GatewayOptions]) -> AsyncIterator[LocalGateway]:
     """An in-process gateway on ``engine`` (an ``--engine`` spec: ``llamacpp``,
-    ``scripted:FILE``, ``sglang:URL`` …) on a free loopback port, serving only the sessions
-    a rollout opens, with ``admin_token`` (a fresh random one by default) guarding its
-    session routes; yields its URL and token. ``options`` go to
-    :func:`agent_code.gateway.server.build_gateway` (``tokenizer``, ``max_turns`` …)."""
+    ``scripted:FILE``, ``sglang:URL`` …, or an engine object the caller owns, which then needs
+    ``tokenizer=`` unless it names one: see :func:`agent_code.gateway.server.build_gateway`) on a
+    free loopback port, serving only the sessions a rollout opens, with ``admin_token`` (a fresh
+    random one by default) guarding its session and weight routes; yields its URL and token.
+    ``options`` go to :func:`~agent_code.gateway.server.build_gateway` (``tokenizer``,
+    ``max_turns`` …). An engine object's ``generate`` is awaited on the gateway's own event loop
+    (its server thread), not the caller's; it is not closed when the gateway stops."""
     from agent_code.gateway.app import create_app
     from agent_code.gateway.server import BackgroundServer, build_gateway
 
     token = admin_token or secrets.token_urlsafe(24)
-    gateway = await asyncio.to_thread(build_gateway, engine, trajectory_dir=trajectory_dir,
+    gateway = await asyncio.to_thread(build_gateway, engine=engine, trajectory_dir=trajectory_dir,
                                       open_on_first_use=False, **options)
     server = BackgroundServer(create_app(gateway, admin_token=token))
     server.__enter__()

@@ -67,6 +67,10 @@ class RolloutConfig:
     # the session's sampling (temperature, top_p, top_k, seed): it wins over what the agent asks for
     sampling: dict[str, Any] = field(default_factory=dict)
     max_turns: int | None = None      # the gateway refuses turns beyond this (429)
+    # the session's context budget: prompt + new tokens of a turn (its reply is cut to fit, finishing
+    # "length"; a prompt that already fills it gets an empty reply)
+    max_context_tokens: int | None = None
+    max_new_tokens: int | None = None   # the most tokens a turn may sample, whatever the agent asks for
     # a finished session is deleted on the gateway once its samples are back, so memory stays
     # flat over thousands of rollouts (the turns stay in the trajectory dir); True keeps them
     keep_sessions: bool = False
@@ -175,7 +179,8 @@ async def _run_rollout(task: Task, k: int, config: RolloutConfig, client: Gatewa
     clock = _Clock(result.timings)
     samples: list[Sample] = []
     try:
-        await client.open_session(session_id, max_turns=config.max_turns, sampling=config.sampling or None)
+        await client.open_session(session_id, max_turns=config.max_turns, sampling=config.sampling or None,
+                                  max_context_tokens=config.max_context_tokens, max_new_tokens=config.max_new_tokens)
     except GatewayClientError as exc:
         result.abort("gateway", str(exc))
         result.timings["total"] = round(time.monotonic() - started, 4)

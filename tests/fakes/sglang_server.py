@@ -1,7 +1,9 @@
 """A local stand-in for an SGLang server's native HTTP API, on 127.0.0.1.
 
 Speaks ``POST /generate`` (token ids in, ``output_ids`` + ``meta_info.output_token_logprobs``
-out, in SGLang's shapes), ``POST /abort_request``, ``GET /health`` and ``GET /get_model_info``.
+out, in SGLang's shapes), ``POST /abort_request``, ``GET /health``, ``GET /get_model_info`` and
+``POST /update_weight_version`` (``{"new_version"}``: what every later reply's
+``meta_info.weight_version`` says; ``"default"`` until then, as SGLang's ``--weight-version``).
 A real uvicorn server in a thread, so clients talk real HTTP and disconnects are real.
 
 Generation is deterministic: :meth:`FakeModel.plan` maps a prompt to the token ids the "model"
@@ -176,6 +178,7 @@ class FakeSGLang:
         self.context_length = context_length
         self.include_output_ids = include_output_ids
         self.model_path = model_path
+        self.weight_version = "default"      # SGLang's --weight-version default
         self.requests: list[dict[str, Any]] = []
         self.aborted: list[str] = []
         self.cancelled: list[str] = []
@@ -189,6 +192,7 @@ class FakeSGLang:
             Route("/abort_request", self._abort, methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/get_model_info", self._model_info, methods=["GET"]),
+            Route("/update_weight_version", self._update_weight_version, methods=["POST"]),
         ])
         self._server = ThreadedASGIServer(app, port)
         self.url = self._server.url
@@ -209,7 +213,16 @@ class FakeSGLang:
 
     async def _model_info(self, request: Request) -> JSONResponse:
         return JSONResponse({"model_path": self.model_path, "tokenizer_path": self.model_path,
-                             "is_generation": True})
+                             "is_generation": True, "weight_version": self.weight_version})
+
+    async def _update_weight_version(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self._record(request, body)
+        if not isinstance(body.get("new_version"), str):
+            return _error(400, "new_version must be a string")
+        self.weight_version = body["new_version"]
+        return JSONResponse({"success": True, "message": f"Weight version updated to {self.weight_version}",
+                             "new_version": self.weight_version})
 
     async def _abort(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -274,7 +287,7 @@ class FakeSGLang:
         if finish["type"] == "stop" and isinstance(finish.get("matched"), str):
             text = text[:text.find(finish["matched"])]
         meta: dict[str, Any] = {
-            "id": rid, "finish_reason": finish, "prompt_tokens": len(prompt),
+            "id": rid, "finish_reason": finish, "prompt_tokens": len(prompt), "weight_version": self.weight_version,
             "completion_tokens": len(ids), "cached_tokens": 0, "e2e_latency": 0.0,
         }
         if body.get("return_logprob"):
@@ -310,6 +323,7 @@ class FakeSGLang:
                         return
                 start = sent if incremental else 0
                 meta: dict[str, Any] = {"id": rid, "finish_reason": finish, "prompt_tokens": len(prompt),
+                                        "weight_version": self.weight_version,
                                         "completion_tokens": len(ids), "cached_tokens": 0}
                 if body.get("return_logprob"):
                     meta["output_token_logprobs"] = [[self.model.logprob(k, ids[k]), ids[k], None]
