@@ -152,6 +152,18 @@ def test_dataset_rows_name_the_agent_loop_and_the_task():
     assert "agent_code.trainers.verl.AgentCodeAgentLoop" in YAML_PATH.read_text()
 
 
+def test_the_example_writes_verls_dataset_and_prints_verls_command(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "tasks.parquet"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "verl_dataset.py"), "--out", str(out), "--n", "8"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert [r["task_id"] for r in rows] == [t.id for t in load_tasks(bundled_tasks_path())]
+    assert rows[0]["prompt"][0]["role"] == "user" and rows[0]["agent_name"] == "agent_code"
+    assert f"agent_loop_config_path={YAML_PATH}" in done.stdout and "actor_rollout_ref.rollout.n=8" in done.stdout
+
+
 # --- the loop bridge ----------------------------------------------------------------------------
 
 class LoopServerManager:

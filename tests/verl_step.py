@@ -83,21 +83,23 @@ def verl_config(model_dir: Path, prompt_length: int, response_length: int, yaml_
             f"actor_rollout_ref.rollout.agent.agent_loop_config_path={yaml_path}"])
 
 
-def rows(task_ids: list[str], group: int) -> dict[str, np.ndarray]:
-    """The non-tensor batch verl hands its agent loop workers: the dataset rows (our
-    ``dataset_rows``), ``uid`` per prompt, each repeated ``group`` times, interleaved."""
+def rows(config, tokenizer, task_ids: list[str], group: int, parquet: Path):
+    """The generation batch as verl's trainer makes it: our dataset (``write_dataset``) read by verl's
+    own RLHFDataset and collate_fn, a ``uid`` per prompt, repeated ``group`` times interleaved."""
+    import uuid
+
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
     from agent_code.tasks import bundled_tasks_path, load_tasks
-    from agent_code.trainers.verl import dataset_rows
+    from agent_code.trainers.verl import write_dataset
 
     tasks = {t.id: t for t in load_tasks(bundled_tasks_path())}
-    out: dict[str, list] = {}
-    for row in dataset_rows([tasks[t] for t in task_ids]):
-        row = {**row, "raw_prompt": row["prompt"], "index": row["extra_info"]["index"], "uid": f"uid-{row['task_id']}"}
-        row.pop("prompt")
-        for _ in range(group):
-            for key, value in row.items():
-                out.setdefault(key, []).append(value)
-    return {k: np.array(v, dtype=object) for k, v in out.items()}
+    write_dataset([tasks[t] for t in task_ids], parquet)
+    dataset = RLHFDataset(data_files=[str(parquet)], tokenizer=tokenizer, config=config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+    return batch.repeat(repeat_times=group, interleave=True)
 
 
 def response_log_probs(model, batch) -> torch.Tensor:
@@ -164,7 +166,6 @@ async def overflow(worker, prompt_length: int, response_length: int) -> dict:
 async def run(args: dict) -> dict:
     from transformers import Qwen2ForCausalLM
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
-    from verl.protocol import DataProto
     from verl.trainer.ppo import core_algos
 
     from agent_code.trainers import verl as adapter
@@ -174,8 +175,8 @@ async def run(args: dict) -> dict:
     config = verl_config(model_dir, args["prompt_length"], args["response_length"], str(adapter.YAML_PATH))
     manager = ScriptedServerManager(model_dir, Path(args["script"]), global_steps=args["global_steps"])
     worker = AgentLoopWorker(config, llm_client=manager)
-    gen = DataProto(batch=None, non_tensor_batch=rows(args["tasks"], args["group"]),
-                    meta_info={"global_steps": args["global_steps"]})
+    gen = rows(config, worker.tokenizer, args["tasks"], args["group"], model_dir.parent / "train.parquet")
+    gen.meta_info["global_steps"] = args["global_steps"]
     verl_thread = threading.current_thread().name
     try:
         out = await worker.generate_sequences(gen)

@@ -53,7 +53,7 @@ log = logging.getLogger("agent_code.trainers.verl")
 
 # and AgentCodeAgentLoop, built on first access (module __getattr__ below)
 __all__ = ["AGENT_NAME", "VERL_VERSION", "YAML_PATH", "Fitted", "VerlEngine", "dataset_rows", "fit_lengths",
-           "generation_of", "on_loop", "output_fields", "verl_sampling"]
+           "generation_of", "on_loop", "output_fields", "verl_sampling", "write_dataset"]
 
 VERL_VERSION = "0.9.1"                     # the release this adapter is written and tested against
 AGENT_NAME = "agent_code"                  # the YAML's name: a row's ``agent_name``
@@ -193,11 +193,22 @@ def output_fields(record: SlotRecord, fitted: Fitted, *, elapsed: float = 0.0) -
 def dataset_rows(tasks: Sequence[Task], *, agent_name: str = AGENT_NAME,
                  data_source: str = "agent-code") -> list[dict[str, Any]]:
     """verl dataset rows (RLHFDataset's columns, one per task; verl repeats each ``rollout.n``
-    times) that run ``tasks`` through this agent loop: write them with pandas ``to_parquet``."""
+    times) that run ``tasks`` through this agent loop (:func:`write_dataset` writes them)."""
     return [{"data_source": data_source, "agent_name": agent_name, "task_id": task.id,
              "prompt": [{"role": "user", "content": task.problem_statement}],
              "reward_model": {"style": "agent-code", "ground_truth": ""},
              "extra_info": {"index": i, "task_id": task.id}} for i, task in enumerate(tasks)]
+
+
+def write_dataset(tasks: Sequence[Task], path: str | Path, *, agent_name: str = AGENT_NAME) -> int:
+    """Write :func:`dataset_rows` of ``tasks`` as a parquet file verl's ``data.train_files`` reads;
+    returns the number of rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = dataset_rows(tasks, agent_name=agent_name)
+    pq.write_table(pa.Table.from_pylist(rows), str(path))
+    return len(rows)
 
 
 def task_id_of(row: dict[str, Any]) -> str:
