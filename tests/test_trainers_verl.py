@@ -208,6 +208,38 @@ def test_cancelling_the_gateways_turn_cancels_verls_request():
         assert manager.cancelled.wait(5)
 
 
+def test_the_process_runtime_gates_its_rollouts_and_shuts_down():
+    """verl starts every row of a batch at once: the worker's runtime lets `concurrency` run."""
+    from agent_code.render.template import load_renderer
+    from agent_code.trainers import verl as adapter
+
+    running, peak = [0], [0]
+
+    async def rollout():
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.05)
+        running[0] -= 1
+        return 1
+
+    async def rows(rt):
+        return await asyncio.gather(*(on_loop(rt.gated(rollout()), rt.thread.loop) for _ in range(5)))
+
+    tokenizer = load_renderer(None).tokenizer.name_or_path
+    manager = LoopServerManager()
+    with LoopThread("verl-loop") as verl:
+        rt = adapter.runtime(manager, verl.loop, tokenizer=tokenizer, max_context_tokens=64,
+                             backend="vllm", trajectory_dir=None, concurrency=2)
+        try:
+            assert adapter.runtime(manager, verl.loop, tokenizer=tokenizer, max_context_tokens=64, backend="vllm",
+                                   trajectory_dir=None, concurrency=2) is rt      # one per process
+            assert verl.call(rows(rt)) == [1] * 5 and peak[0] == 2
+            assert rt.gateway.url.startswith("http://127.0.0.1:")
+        finally:
+            adapter.shutdown()
+    assert rt.thread.loop.is_closed() and adapter._runtime is None
+
+
 def test_on_loop_on_the_same_loop_just_awaits():
     async def main():
         return await on_loop(asyncio.sleep(0, result=3), asyncio.get_running_loop())

@@ -239,17 +239,23 @@ class _Slots:
 
 
 class _Runtime:
-    """The process's gateway on :class:`VerlEngine` and the thread its rollouts run on."""
+    """The process's gateway on :class:`VerlEngine`, the thread its rollouts run on, and the gate
+    that lets ``concurrency`` of them run at once (verl starts every row of its batch at once)."""
 
     def __init__(self, engine: VerlEngine, tokenizer: str, max_context_tokens: int,
-                 trajectory_dir: str | None) -> None:
+                 trajectory_dir: str | None, concurrency: int) -> None:
         from agent_code.rollout.groups import local_gateway
 
         self.engine = engine
+        self.gate = asyncio.Semaphore(max(1, concurrency))
         self.thread = LoopThread("agent-code-verl")
         self._gateway = local_gateway(engine, tokenizer=tokenizer, max_context_tokens=max_context_tokens,
                                       trajectory_dir=trajectory_dir)
         self.gateway = self.thread.call(self._gateway.__aenter__())
+
+    async def gated(self, awaitable: Awaitable[T]) -> T:
+        async with self.gate:
+            return await awaitable
 
     def close(self) -> None:
         try:
@@ -264,7 +270,7 @@ _tasks: dict[str, dict[str, Task]] = {}
 
 
 def runtime(server_manager: Any, loop: asyncio.AbstractEventLoop, *, tokenizer: str, max_context_tokens: int,
-            backend: str, trajectory_dir: str | None) -> _Runtime:
+            backend: str, trajectory_dir: str | None, concurrency: int) -> _Runtime:
     """The process's runtime, started on first use (verl makes one agent loop object per row)."""
     global _runtime
     with _runtime_lock:
@@ -273,7 +279,7 @@ def runtime(server_manager: Any, loop: asyncio.AbstractEventLoop, *, tokenizer: 
 
             engine = VerlEngine(server_manager, loop, end_ids=load_renderer(tokenizer).end_of_turn_ids,
                                 backend=backend)
-            _runtime = _Runtime(engine, tokenizer, max_context_tokens, trajectory_dir)
+            _runtime = _Runtime(engine, tokenizer, max_context_tokens, trajectory_dir, concurrency)
         else:   # a worker has one server manager and one loop; follow them if they change
             _runtime.engine.server_manager, _runtime.engine.loop = server_manager, loop
         return _runtime
@@ -305,8 +311,9 @@ def _agent_loop_class() -> type:
         """One agent-code rollout per verl row (see :mod:`agent_code.trainers.verl`). Configured by
         its YAML entry: ``tasks`` (a tasks JSONL; null: the bundled tasks), ``rollout`` (the
         :class:`~agent_code.rollout.runner.RolloutConfig` fields: agent, sandbox, max_steps,
-        tool_profile, budget …), ``gateway_tokenizer`` (the gateway's chat template and
-        tokenizer; null: the actor model's path) and
+        tool_profile, budget …; ``concurrency``: rollouts at once in this worker process),
+        ``gateway_tokenizer`` (the gateway's chat template and tokenizer; null: the actor model's
+        path) and
         ``trajectory_dir``."""
 
         def __init__(self, *args: Any, tasks: str | None = None, rollout: dict[str, Any] | None = None,
@@ -328,15 +335,15 @@ def _agent_loop_class() -> type:
             budget = sum(lengths)   # no turn samples past it: the gateway's and the session's context budget
             rt = runtime(self.server_manager, asyncio.get_running_loop(), tokenizer=self.tokenizer_source,
                          max_context_tokens=budget, backend=str(self.rollout_config.get("name", "vllm")),
-                         trajectory_dir=self.trajectory_dir)
+                         trajectory_dir=self.trajectory_dir, concurrency=self.rollout.concurrency)
             config = replace(self.rollout, samples_per_task=1, concurrency=1,
                              max_context_tokens=min(self.rollout.max_context_tokens or budget, budget),
                              sampling={**self.rollout.sampling, **session_sampling(sampling_params)})
             pad = self.tokenizer.pad_token_id
             filler = int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
-            records = await on_loop(run_slots(
+            records = await on_loop(rt.gated(run_slots(
                 [(task, k)], config, rt.gateway.url, admin_token=rt.gateway.admin_token, filler_id=filler,
-                fallback_prompt=lambda t: self.tokenizer.encode(t.problem_statement)[:lengths[0]]), rt.thread.loop)
+                fallback_prompt=lambda t: self.tokenizer.encode(t.problem_statement)[:lengths[0]])), rt.thread.loop)
             fitted = fit_lengths(records[0], *lengths)
             if fitted.cut:
                 log.warning("rollout %s: %d response tokens (%d trained) cut at response_length=%d",
