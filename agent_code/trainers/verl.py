@@ -41,7 +41,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Iterable, Sequence, TypeVar
+from typing import Any, Awaitable, Coroutine, Iterable, Sequence, TypeVar
 
 from agent_code.engines.base import EngineError, Generation
 from agent_code.protocols.canonical import SamplingParams
@@ -62,21 +62,18 @@ YAML_PATH = Path(__file__).with_name("verl_agent_loop.yaml")
 T = TypeVar("T")
 
 
-async def on_loop(awaitable: Awaitable[T], loop: asyncio.AbstractEventLoop) -> T:
-    """Await ``awaitable`` on ``loop`` (another thread's) from the running loop: the loop bridge.
-    Cancelling the caller cancels it there too."""
+async def on_loop(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Run ``coro`` on ``loop`` (another thread's) and await it from the running loop: the loop
+    bridge (:meth:`LoopThread.call` is its synchronous sibling). Cancelling the caller cancels it
+    there too."""
     if loop is asyncio.get_running_loop():
-        return await awaitable
-    future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop)
+        return await coro
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         future.cancel()
         raise
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 def verl_sampling(sampling: SamplingParams, *, backend: str, max_tokens: int) -> dict[str, Any]:
@@ -333,9 +330,10 @@ def _agent_loop_class() -> type:
             k = _slots.next(str(row.get("uid", task.id)))
             lengths = int(self.rollout_config.prompt_length), int(self.rollout_config.response_length)
             budget = sum(lengths)   # no turn samples past it: the gateway's and the session's context budget
-            rt = runtime(self.server_manager, asyncio.get_running_loop(), tokenizer=self.tokenizer_source,
-                         max_context_tokens=budget, backend=str(self.rollout_config.get("name", "vllm")),
-                         trajectory_dir=self.trajectory_dir, concurrency=self.rollout.concurrency)
+            rt = await asyncio.to_thread(   # the first row starts it (seconds): not on verl's loop
+                runtime, self.server_manager, asyncio.get_running_loop(), tokenizer=self.tokenizer_source,
+                max_context_tokens=budget, backend=str(self.rollout_config.get("name", "vllm")),
+                trajectory_dir=self.trajectory_dir, concurrency=self.rollout.concurrency)
             config = replace(self.rollout, samples_per_task=1, concurrency=1,
                              max_context_tokens=min(self.rollout.max_context_tokens or budget, budget),
                              sampling={**self.rollout.sampling, **session_sampling(sampling_params)})
