@@ -39,14 +39,18 @@ class AgentCodeHarness(CliHarness):
 
     def __init__(self) -> None:
         self.python = "python3"
+        self.package_root: str | None = None
 
     async def install(self, box: Sandbox) -> None:
         if box.name == "local":
-            for path in {sys.prefix, sys.base_prefix, str(Path(agent_code.__file__).parent)}:
+            package = Path(agent_code.__file__).resolve().parent
+            for path in {sys.prefix, sys.base_prefix, str(package)}:
                 box.provide(path)  # type: ignore[attr-defined]
-            self.python = sys.executable
+            # the caller's own agent_code, the one provided (a checkout on PYTHONPATH, say), not the
+            # interpreter's installed one: that may be another checkout, which the sandbox cannot see
+            self.python, self.package_root = sys.executable, str(package.parent)
             return
-        self.python = "python3"
+        self.python, self.package_root = "python3", None
         spec = os.environ.get("AGENT_CODE_PIP_SPEC")
         if spec:
             install = f"python3 -m pip install -q {shlex.quote(spec)}"
@@ -83,8 +87,9 @@ class AgentCodeHarness(CliHarness):
                "PYTHONUNBUFFERED": "1"}
         if os.path.isabs(self.python):   # this machine's interpreter (local): its bin dir only
             env["PATH"] = str(Path(self.python).parent)
-            # and the package this process runs: an editable install's finder points at the
-            # checkout it was installed from, which the sandbox does not show (a worktree's
-            # run would find no agent_code); PYTHONPATH goes before that finder
-            env["PYTHONPATH"] = str(Path(agent_code.__file__).resolve().parent.parent)
+        if self.package_root is not None:
+            # the package this process runs: an editable install's finder points at the checkout
+            # it was installed from, which the sandbox does not show (a worktree's run would find
+            # no agent_code); PYTHONPATH goes before that finder
+            env["PYTHONPATH"] = self.package_root
         return env
