@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-verl: verl 0.9.1 with what its agent-loop and PPO modules import, the CPU torch
 # wheel, and agent-code itself (editable), for the verl adapter's tests (tests/test_trainers_verl.py)
-# and examples/verl_agent_loop.py. verl needs transformers<5.11 (agent-code's own .venv has a newer
+# and examples/verl_dataset.py. verl needs transformers<5.11 (agent-code's own .venv has a newer
 # one), hence a venv of its own. Re-running is cheap: it reinstalls only when this script or
 # pyproject.toml changed.
 set -euo pipefail

@@ -7,6 +7,9 @@ AGENT_CODE_BUILD_NATIVE_LATER=1 bash scripts/setup.sh
 # peers install and ruff and mypy run; the tests wait for it
 .venv/bin/python scripts/build_native.py &
 native_build=$!
+# verl's own venv (transformers<5.11) for the verl adapter's tests, made beside the rest
+bash scripts/setup_verl.sh &
+verl_setup=$!
 # real npm peers for the tests (Qwen3 tokenizer files; the Claude Code, Codex and Qwen Code CLIs)
 if command -v npm >/dev/null 2>&1; then
   mkdir -p .cache/node
@@ -25,6 +28,7 @@ export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is 
 # types: mypy's findings fail it too ([tool.mypy] in pyproject.toml says how strict)
 .venv/bin/mypy --no-error-summary
 wait "$native_build" || true  # (a failed build: the policy runs as pure Python)
+wait "$verl_setup" || echo "setup: .venv-verl could not be made; the verl tests will say VERL NOT TESTED" >&2
 # which form of the permission policy the tests judge with (compiled where set-up built it;
 # the tests marked pure_python run on the Python policy either way: tests/conftest.py)
 .venv/bin/python scripts/build_native.py --check || true
