@@ -17,7 +17,7 @@ from agent_code.rollout.runner import RolloutConfig, RolloutResult
 from agent_code.tasks import Task, bundled_tasks_path, load_tasks
 from agent_code.trainers.core import SlotRecord, record_of
 from agent_code.trainers.trl import (ABORT_KEY, REWARD_KEY, TASK_KEY, AgentRolloutFunc, TaskIndex,
-                                     reward_from_rollouts, rollout_output, slots_of)
+                                     reward_from_rollouts, rollout_output, slots_of, VERSIONS_KEY)
 from agent_code.trajectory.samples import Sample
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_trl.py"
@@ -95,6 +95,15 @@ def test_a_completion_is_cut_only_when_asked_and_then_ids_mask_and_logprobs_alik
     assert out["completion_ids"] == [[3, 4], [7]] and out["env_mask"] == [[1, 0], [1]]
     assert out["logprobs"] == [[-0.125, -0.25], [-0.125]]
     assert "1 of 2 completions cut to max_completion_length=2" in caplog.text
+
+
+def test_each_completion_token_carries_the_weight_version_that_sampled_it():
+    rec = record(0, [1], [3, 4, 5], [1, 0, 1])
+    rec.versions = [{"turn": 0, "version": "v1", "start": 0, "end": 1}, {"turn": 2, "version": "v2", "start": 2, "end": 3}]
+    placeholder = record(1, [1], [3], [1], abort="gateway")
+    out = rollout_output([rec, placeholder])
+    assert out[VERSIONS_KEY] == [["v1", None, "v2"], [None]]
+    assert rollout_output([rec], max_completion_length=2)[VERSIONS_KEY] == [["v1", None]]
 
 
 def test_the_reward_function_refuses_rows_without_their_rollouts_reward():

@@ -49,12 +49,13 @@ from agent_code.trainers.core import LoopThread, SlotRecord, group_summary, run_
 
 log = logging.getLogger("agent_code.trainers.trl")
 
-__all__ = ["REWARD_KEY", "AgentRolloutFunc", "TaskIndex", "agent_rollout_func", "reward_from_rollouts",
+__all__ = ["REWARD_KEY", "VERSIONS_KEY", "AgentRolloutFunc", "TaskIndex", "agent_rollout_func", "reward_from_rollouts",
            "rollout_output", "task_dataset"]
 
 REWARD_KEY = "agent_code_reward"          # the rollout's reward (None: an infrastructure failure's placeholder)
 TASK_KEY = "agent_code_task_id"
 ABORT_KEY = "agent_code_abort_reason"
+VERSIONS_KEY = "agent_code_weight_versions"   # per completion token: the weights that sampled it (None: not trained)
 
 
 class TaskIndex:
@@ -116,7 +117,7 @@ def rollout_output(records: Sequence[SlotRecord], *, max_completion_length: int 
     a record whose response ids, loss mask and logprobs differ in length (TRL pads ``env_mask``
     with 1s) or that holds an id outside the trainer's vocabulary (``vocab_size``)."""
     out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
-                                 REWARD_KEY: [], TASK_KEY: [], ABORT_KEY: []}
+                                 REWARD_KEY: [], TASK_KEY: [], ABORT_KEY: [], VERSIONS_KEY: []}
     cut = 0
     for rec in records:
         response, mask, logprobs = list(rec.response_ids), [int(m) for m in rec.loss_mask], list(rec.logprobs)
@@ -131,10 +132,11 @@ def rollout_output(records: Sequence[SlotRecord], *, max_completion_length: int 
             if bad:
                 raise ValueError(f"record {rec.index} ({rec.task_id}/{rec.slot}) holds token id {bad[0]}, outside the "
                                  f"trainer's vocabulary of {vocab_size}: the gateway's tokenizer is not the model's")
+        versions = rec.token_versions
         if max_completion_length is not None and len(response) > max_completion_length:
             cut += 1
             n = max_completion_length
-            response, mask, logprobs = response[:n], mask[:n], logprobs[:n]
+            response, mask, logprobs, versions = response[:n], mask[:n], logprobs[:n], versions[:n]
         out["prompt_ids"].append(list(rec.prompt_ids))
         out["completion_ids"].append(response)
         out["logprobs"].append(logprobs)
@@ -142,6 +144,7 @@ def rollout_output(records: Sequence[SlotRecord], *, max_completion_length: int 
         out[REWARD_KEY].append(None if rec.placeholder else float(rec.reward))
         out[TASK_KEY].append(rec.task_id)
         out[ABORT_KEY].append(rec.abort_reason)
+        out[VERSIONS_KEY].append(versions)
     if cut:
         log.warning("%d of %d completions cut to max_completion_length=%d", cut, len(records), max_completion_length)
     return out
