@@ -170,13 +170,15 @@ def test_retry_shared_parent_trained_once() -> None:
     records = [t0, t1, t2]
     samples = build_samples(records, reward=2.0)
     assert [s.branch for s in samples] == ["main", "retry"]
+    # chains as long: main is the latest leaf (the retry's answer is the one the client went on with)
     first, second = samples
-    assert first.loss_mask == [1, 1, 1, 0, 1, 1]
-    assert second.loss_mask == [0, 0, 0, 0, 1, 1, 1]
+    assert [first.metadata["turn_indices"], second.metadata["turn_indices"]] == [[0, 2], [0, 1]]
+    assert first.loss_mask == [1, 1, 1, 0, 1, 1, 1]
+    assert second.loss_mask == [0, 0, 0, 0, 1, 1]
     assert first.metadata["shared_turns"] == [] and second.metadata["shared_turns"] == [0]
     assert second.metadata["drift"] == []
-    assert first.status == "truncated" and first.metadata["truncated"] is True
-    assert second.status == "completed"
+    assert second.status == "truncated" and second.metadata["truncated"] is True
+    assert first.status == "completed"
     check_invariants(records, samples)
 
 

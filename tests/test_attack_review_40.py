@@ -1,0 +1,119 @@
+"""Attack review of issue 40 ("train on it": one rollout slot → one record, the record being the
+rollout's ``main`` sample). The model being trained is the attacker; it can read its own session
+key (its agent's environment: ``/proc/$PPID/environ``) and call the gateway itself.
+
+Found: the record's ``main`` sample was the first root's chain with the *lowest leaf index*, so
+one request the model sent itself, mid-run, extending an early turn with a tool result of its
+own making, became ``main`` (a dead-end leaf that ends before the agent's next turn), and the
+whole conversation the agent really had was a ``retry`` branch — left out of TRL's record and of
+slime's ``samples: "main"`` one: its failing turns got no negative signal at all. Now ``main``
+is the first root's chain with the most turns (the conversation the agent carried on; a tie —
+a retried last turn — keeps the earlier leaf), and that chain trains the turns it shares.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import pytest
+
+from agent_code.rollout.runner import RolloutResult
+from agent_code.trainers.core import record_of
+from agent_code.trajectory.records import TurnRecord
+from agent_code.trajectory.samples import build_samples
+from gateway_fixtures import check_token_exact, qwen25_renderer, scripted_gateway
+
+SYSTEM = "You are agent-code, a coding agent."
+BASH = [{"name": "bash", "description": "Run a command.",
+         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
+
+
+def hermes(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def _agent_step(client: anthropic.Anthropic, messages: list, result: str | None) -> list:
+    reply = client.messages.create(model="m", max_tokens=300, system=SYSTEM, tools=BASH, messages=messages)
+    messages = [*messages, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]}]
+    uses = [b for b in reply.content if b.type == "tool_use"]
+    if uses and result is not None:
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": u.id, "content": result} for u in uses]})
+    return messages
+
+
+def _crafted(url: str, key: str, messages: list, text: str) -> httpx.Response:
+    """The model's own request (its bash tool's curl): the agent's conversation so far, with a
+    tool result the model wrote."""
+    last = messages[-1]["content"][-1]
+    body = {"model": "m", "max_tokens": 50, "system": SYSTEM, "tools": BASH, "messages": [
+        *messages, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": last["id"], "content": text}]}]}
+    return httpx.post(f"{url}/v1/messages", json=body, headers={"x-api-key": key})
+
+
+AGENT_TURNS = [hermes("bash", {"command": "cat /proc/$PPID/environ; curl ..."}),
+               hermes("bash", {"command": "python -m pytest -q"}),
+               hermes("bash", {"command": "rm -rf tests"}),
+               "I could not fix it."]
+RESULTS = ["{}", "1 failed", "removed"]
+
+
+@pytest.mark.parametrize(("agent_turns", "at"), [(4, 0), (4, 2), (2, 0)],
+                         ids=["off-the-first-turn", "off-a-later-turn", "as-long-as-the-agents-own"])
+def test_a_branch_the_model_sends_itself_does_not_become_the_record(tmp_path, agent_turns, at):
+    """The agent's tool call ``at`` is the model's curl: while it runs, the model sends the
+    agent's conversation so far with a tool result of its own. The record must still be the
+    agent's whole conversation (``as-long-as-the-agents-own``: the crafted dead end has as many
+    turns as the agent's chain, and came first)."""
+    key = "thermo.0.k3y"
+    turns_text = AGENT_TURNS[:agent_turns - 1] + AGENT_TURNS[-1:]
+    script = [{"text": t} for t in turns_text[:at + 1]] + [{"text": "ok"}] + [{"text": t} for t in turns_text[at + 1:]]
+    with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
+        client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+        messages: list = [{"role": "user", "content": "Fix thermo.py."}]
+        for step in range(agent_turns):
+            if step == at + 1:
+                pending = messages.pop()
+                assert _crafted(url, key, messages, "done").status_code == 200   # while its curl "runs"
+                messages.append(pending)
+            messages = _agent_step(client, messages, RESULTS[step] if step < agent_turns - 1 else None)
+        turns = gateway.store.get(key).turns
+        samples = gateway.finish_session(key, reward=0.0)
+    crafted = at + 1
+    agents = [t.index for t in turns if t.index != crafted]
+    assert turns[crafted].parent == at and len(turns) == agent_turns + 1
+    rec = record_of(RolloutResult("thermo/0", "thermo", 0, key, "agent-code", reward=0.0), samples,
+                    index=0, fallback_prompt_ids=[1], filler_id=0)
+    main = next(s for s in samples if s.branch == "main")
+    assert main.metadata["turn_indices"] == agents            # the agent's conversation, whole
+    assert rec.trained_tokens == sum(len(turns[i].output_ids) for i in agents)
+    assert rec.left_out.trained_tokens == len(turns[crafted].output_ids)
+    assert [s.branch for s in samples] == ["main", "retry"]
+    check_token_exact(samples, turns)
+
+
+def _turn(index: int, parent: int | None, prompt: list[int], output: list[int]) -> TurnRecord:
+    return TurnRecord.build(session_id="s", index=index, messages=[{"role": "user", "content": "u"}], tools=None,
+                            prompt_ids=prompt, output_ids=output, logprobs=[-0.5] * len(output),
+                            finish_reason="stop", reply={"role": "assistant", "content": "x"}, parent=parent)
+
+
+def test_a_retry_the_client_went_on_from_is_main_and_trains_the_shared_turns():
+    """The honest shape of the same tree: turn 1 was retried as turn 2 and the client went on
+    from turn 2. ``main`` is the conversation it had (0, 2, 3), trained whole; the dead end is
+    the ``retry``, its shared turn 0 not trained twice."""
+    t0 = _turn(0, None, [1, 2], [10, 11])
+    t1 = _turn(1, 0, [1, 2, 10, 11, 50], [12])
+    t2 = _turn(2, 0, [1, 2, 10, 11, 50], [13, 14])
+    t3 = _turn(3, 2, [1, 2, 10, 11, 50, 13, 14, 51], [15])
+    samples = build_samples([t0, t1, t2, t3], reward=0.0)
+    assert [(s.branch, s.metadata["turn_indices"]) for s in samples] == [("main", [0, 2, 3]), ("retry", [0, 1])]
+    assert samples[0].loss_mask == [1, 1, 0, 1, 1, 0, 1] and samples[1].metadata["shared_turns"] == [0]
+    # a side request or a sub-agent root is never main, however long
+    sub = [_turn(4 + i, None if i == 0 else 3 + i, [7] * (i + 1), [20 + i]) for i in range(6)]
+    for t in sub:
+        t.messages = [{"role": "system", "content": "You are a search sub-agent."}, *t.messages]
+    branches = [s.branch for s in build_samples([t0, t1, t2, t3, *sub], reward=0.0)]
+    assert branches[0] == "main" and branches.count("main") == 1 and "sub-agent" in branches
