@@ -7,8 +7,13 @@ one request the model sent itself, mid-run, extending an early turn with a tool 
 own making, became ``main`` (a dead-end leaf that ends before the agent's next turn), and the
 whole conversation the agent really had was a ``retry`` branch — left out of TRL's record and of
 slime's ``samples: "main"`` one: its failing turns got no negative signal at all. Now ``main``
-is the first root's chain with the most turns (the conversation the agent carried on; a tie —
-a retried last turn — keeps the earlier leaf), and that chain trains the turns it shares.
+is the first root's chain with the most turns (the conversation the agent carried on; of chains
+as long, the latest leaf), and that chain trains the turns it shares.
+
+Found: the TRL adapter let a trainer run with ``mask_truncated_completions``, which masks out a
+whole row whose last id is no end-of-turn id; the model decides that (a last turn written up to
+the session's token cap), so a failing rollout could have its zero masked into no signal. The
+adapter now refuses the option.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import anthropic
 import httpx
 import pytest
 
-from agent_code.rollout.runner import RolloutResult
+from agent_code.rollout.runner import RolloutConfig, RolloutResult
 from agent_code.trainers.core import record_of
 from agent_code.trajectory.records import TurnRecord
 from agent_code.trajectory.samples import build_samples
@@ -117,3 +122,40 @@ def test_a_retry_the_client_went_on_from_is_main_and_trains_the_shared_turns():
         t.messages = [{"role": "system", "content": "You are a search sub-agent."}, *t.messages]
     branches = [s.branch for s in build_samples([t0, t1, t2, t3, *sub], reward=0.0)]
     assert branches[0] == "main" and branches.count("main") == 1 and "sub-agent" in branches
+
+
+# ---------------------------------------------------------------- TRL: a last turn written to the cap
+
+def test_trl_truncation_masking_is_refused_since_the_model_decides_where_its_completion_ends(tmp_path):
+    """TRL's ``mask_truncated_completions`` masks a whole row whose last id is no end-of-turn or
+    pad id. A rollout's completion ends where its last turn did, and the model can write that
+    turn up to the session's token cap (real gateway: ``max_new_tokens`` 8): the failing rollout's
+    row would be masked out, its zero no signal. The adapter refuses the option (before: it ran
+    the rollouts and handed TRL the maskable row)."""
+    from trl import GRPOConfig
+
+    from agent_code.gateway.sessions import SessionStore
+    from agent_code.trainers.trl import AgentRolloutFunc, rollout_output
+    from agent_code.tasks import Task
+
+    renderer = qwen25_renderer()
+    store = SessionStore()
+    with scripted_gateway(tmp_path, [{"text": "I give up. " * 40}], renderer, store=store) as (url, gateway):
+        store.open("capped", max_new_tokens=8)
+        client = anthropic.Anthropic(base_url=url, api_key="capped", max_retries=0)
+        reply = client.messages.create(model="m", max_tokens=300, messages=[{"role": "user", "content": "Fix it."}])
+        assert reply.stop_reason == "max_tokens"
+        samples = gateway.finish_session("capped", reward=0.0)
+    rec = record_of(RolloutResult("t/0", "t", 0, "capped", "agent-code", reward=0.0), samples, index=0,
+                    fallback_prompt_ids=[1], filler_id=0)
+    row = rollout_output([rec])
+    assert row["completion_ids"][0][-1] not in renderer.end_of_turn_ids and sum(row["env_mask"][0]) == 8
+
+    config = GRPOConfig(output_dir=str(tmp_path / "out"), mask_truncated_completions=True, report_to=[],
+                        use_cpu=True, bf16=False)
+    trainer = type("Trainer", (), {"args": config, "processing_class": renderer})()
+    adapter = AgentRolloutFunc([Task(id="t", repo=str(tmp_path), problem_statement="Fix it.")], RolloutConfig(),
+                               gateway_url="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="mask_truncated_completions"):
+        adapter(["t"], trainer)
+    adapter.close()
