@@ -7,8 +7,9 @@ one request the model sent itself, mid-run, extending an early turn with a tool 
 own making, became ``main`` (a dead-end leaf that ends before the agent's next turn), and the
 whole conversation the agent really had was a ``retry`` branch — left out of TRL's record and of
 slime's ``samples: "main"`` one: its failing turns got no negative signal at all. Now ``main``
-is the first root's chain with the most turns (the conversation the agent carried on; of chains
-as long, the latest leaf), and that chain trains the turns it shares.
+is the first root's chain to its latest turn (the conversation the client went on with to its
+end), and that chain trains the turns it shares. (Taking the longest chain instead falls to the
+next attack: two chained requests at the agent's last tool call make a longer crafted chain.)
 
 Found: the TRL adapter let a trainer run with ``mask_truncated_completions``, which masks out a
 whole row whose last id is no end-of-turn id; the model decides that (a last turn written up to
@@ -65,36 +66,46 @@ AGENT_TURNS = [hermes("bash", {"command": "cat /proc/$PPID/environ; curl ..."}),
 RESULTS = ["{}", "1 failed", "removed"]
 
 
-@pytest.mark.parametrize(("agent_turns", "at"), [(4, 0), (4, 2), (2, 0)],
-                         ids=["off-the-first-turn", "off-a-later-turn", "as-long-as-the-agents-own"])
-def test_a_branch_the_model_sends_itself_does_not_become_the_record(tmp_path, agent_turns, at):
+@pytest.mark.parametrize(("agent_turns", "at", "chained"), [(4, 0, 1), (4, 2, 1), (2, 0, 1), (4, 2, 3)],
+                         ids=["off-the-first-turn", "off-a-later-turn", "as-long-as-the-agents-own",
+                              "a-chain-longer-than-the-agents"])
+def test_a_branch_the_model_sends_itself_does_not_become_the_record(tmp_path, agent_turns, at, chained):
     """The agent's tool call ``at`` is the model's curl: while it runs, the model sends the
-    agent's conversation so far with a tool result of its own. The record must still be the
-    agent's whole conversation (``as-long-as-the-agents-own``: the crafted dead end has as many
-    turns as the agent's chain, and came first)."""
+    agent's conversation so far with a tool result of its own, and (``chained``) goes on from
+    each reply it gets. The record must still be the agent's whole conversation
+    (``as-long-as-the-agents-own``: the crafted dead end is as long as the agent's chain and
+    came first; ``a-chain-longer-than-the-agents``: more turns than the rest of the agent's)."""
     key = "thermo.0.k3y"
     turns_text = AGENT_TURNS[:agent_turns - 1] + AGENT_TURNS[-1:]
-    script = [{"text": t} for t in turns_text[:at + 1]] + [{"text": "ok"}] + [{"text": t} for t in turns_text[at + 1:]]
+    script = ([{"text": t} for t in turns_text[:at + 1]] + [{"text": hermes("bash", {"command": "ls"})}] * chained
+              + [{"text": t} for t in turns_text[at + 1:]])
     with scripted_gateway(tmp_path, script, qwen25_renderer()) as (url, gateway):
         client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
         messages: list = [{"role": "user", "content": "Fix thermo.py."}]
         for step in range(agent_turns):
-            if step == at + 1:
-                pending = messages.pop()
-                assert _crafted(url, key, messages, "done").status_code == 200   # while its curl "runs"
+            if step == at + 1:   # while its curl "runs"
+                pending, forged = messages.pop(), list(messages)
+                for _ in range(chained):
+                    reply = _crafted(url, key, forged, "done")
+                    assert reply.status_code == 200
+                    last = forged[-1]["content"][-1]
+                    forged += [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": last["id"],
+                                                             "content": "done"}]},
+                               {"role": "assistant", "content": reply.json()["content"]}]
                 messages.append(pending)
             messages = _agent_step(client, messages, RESULTS[step] if step < agent_turns - 1 else None)
         turns = gateway.store.get(key).turns
         samples = gateway.finish_session(key, reward=0.0)
-    crafted = at + 1
-    agents = [t.index for t in turns if t.index != crafted]
-    assert turns[crafted].parent == at and len(turns) == agent_turns + 1
+    crafted = list(range(at + 1, at + 1 + chained))
+    agents = [t.index for t in turns if t.index not in crafted]
+    assert turns[crafted[0]].parent == at and len(turns) == agent_turns + chained
+    assert [turns[i].parent for i in crafted[1:]] == crafted[:-1]
     rec = record_of(RolloutResult("thermo/0", "thermo", 0, key, "agent-code", reward=0.0), samples,
                     index=0, fallback_prompt_ids=[1], filler_id=0)
     main = next(s for s in samples if s.branch == "main")
     assert main.metadata["turn_indices"] == agents            # the agent's conversation, whole
     assert rec.trained_tokens == sum(len(turns[i].output_ids) for i in agents)
-    assert rec.left_out.trained_tokens == len(turns[crafted].output_ids)
+    assert rec.left_out.trained_tokens == sum(len(turns[i].output_ids) for i in crafted)
     assert [s.branch for s in samples] == ["main", "retry"]
     check_token_exact(samples, turns)
 

@@ -6,7 +6,7 @@ back from each. An agent-code rollout gives a list of :class:`~agent_code.trajec
 (one per root-to-leaf chain of its session). The rule that turns one into the other:
 
 **The sample of a rollout is its ``main`` sample**: the chain of the conversation the agent had
-(its first root's chain with the most turns: never a client's side request, a sub-agent, a
+(its first root's chain to its latest turn: never a client's side request, a sub-agent, a
 compaction segment, a retry branch, nor a dead end the model sent itself with its key). Every
 other sample's trained tokens are *left out* of the record and reported in
 :attr:`SlotRecord.left_out` (counts per branch, logged once per slot): a trainer that can take

@@ -32,10 +32,11 @@ trainer can correct the off-policy spans.
 
 Branches: a root that is a client's side request (``side.py``: a known title/topic request,
 or one without tools beside roots with tools whose system prompt is none of theirs) is
-``"side"``. Of the first other root's chains, the one with the most turns is ``"main"``: the
-conversation the agent carried on (of chains as long, the latest leaf: a retried last turn's
-answer is the one the client went on with), never merely the first leaf by index, which a
-request the model sends itself with its session key (a dead end off an early turn) would be. Another root is labelled by its ``branch_hint``,
+``"side"``. Of the first other root's chains, the one that ends at its latest turn is ``"main"``
+(of those whose turns carry no branch hint): the conversation the client went on with to its
+end — a retried turn's answer, not the one it dropped — never the first leaf by index, nor the
+longest chain, which requests the model sends itself with its session key during its run (a
+dead end off an early turn; a crafted chain longer than the rest of the agent's) would be. Another root is labelled by its ``branch_hint``,
 else ``"sub-agent"`` when its system message or its tool set differs from the main root's, else
 ``"compaction"`` (same agent, history rewritten). A chain that splits off a turn an
 earlier sample already holds is a ``"retry"`` unless its first own turn carries a hint.
@@ -149,11 +150,9 @@ def _chains(by_index: dict[int, TurnRecord]) -> list[list[TurnRecord]]:
 
 def _main_chain(chains: list[list[TurnRecord]], first_root: TurnRecord) -> int:
     """Move the main chain (module doc) to the front of its root's chains, so that it trains the
-    turns it shares with the others; its position. Of chains as long, one whose own turns carry no
-    branch hint, then the latest leaf (the answer the client went on with)."""
+    turns it shares with the others; its position."""
     ours = [n for n, c in enumerate(chains) if c[0] is first_root]
-    best = max(ours, key=lambda n: (len(chains[n]), not any(u.branch_hint for u in chains[n][1:]),
-                                    chains[n][-1].index))
+    best = max(ours, key=lambda n: (not any(u.branch_hint for u in chains[n][1:]), chains[n][-1].index))
     chains.insert(ours[0], chains.pop(best))
     return ours[0]
 
