@@ -170,13 +170,15 @@ def test_retry_shared_parent_trained_once() -> None:
     records = [t0, t1, t2]
     samples = build_samples(records, reward=2.0)
     assert [s.branch for s in samples] == ["main", "retry"]
+    # chains as long: main is the latest leaf (the retry's answer is the one the client went on with)
     first, second = samples
-    assert first.loss_mask == [1, 1, 1, 0, 1, 1]
-    assert second.loss_mask == [0, 0, 0, 0, 1, 1, 1]
+    assert [first.metadata["turn_indices"], second.metadata["turn_indices"]] == [[0, 2], [0, 1]]
+    assert first.loss_mask == [1, 1, 1, 0, 1, 1, 1]
+    assert second.loss_mask == [0, 0, 0, 0, 1, 1]
     assert first.metadata["shared_turns"] == [] and second.metadata["shared_turns"] == [0]
     assert second.metadata["drift"] == []
-    assert first.status == "truncated" and first.metadata["truncated"] is True
-    assert second.status == "completed"
+    assert second.status == "truncated" and second.metadata["truncated"] is True
+    assert first.status == "completed"
     check_invariants(records, samples)
 
 
@@ -188,9 +190,13 @@ def test_retry_deeper_in_tree_with_hint() -> None:
     t4 = rec(4, [1, 10, 50], [14], parent=0)
     records = [t0, t1, t2, t3, t4]
     samples = build_samples(records, reward=1.0)
-    assert [s.metadata["turn_indices"] for s in samples] == [[0, 1, 2], [0, 1, 3], [0, 4]]
-    assert [s.branch for s in samples] == ["main", "fork", "retry"]
-    assert samples[1].metadata["shared_turns"] == [0, 1]
+    # main: the chain to the latest turn (the client went back to turn 0 and on from turn 4)
+    assert [s.metadata["turn_indices"] for s in samples] == [[0, 4], [0, 1, 2], [0, 1, 3]]
+    assert [s.branch for s in samples] == ["main", "retry", "fork"]
+    assert samples[2].metadata["shared_turns"] == [0, 1]
+    # a chain whose own turn carries a hint is never main, however late its leaf
+    t5 = rec(5, [1, 10, 50], [15], parent=0, branch_hint="fork")
+    assert [s.metadata["turn_indices"][-1] for s in build_samples([*records, t5], reward=1.0)][0] == 4
     check_invariants(records, samples)
 
 

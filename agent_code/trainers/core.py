@@ -5,8 +5,9 @@ per prompt; slime: ``n_samples_per_prompt`` per group) and wants exactly one tra
 back from each. An agent-code rollout gives a list of :class:`~agent_code.trajectory.samples.Sample`
 (one per root-to-leaf chain of its session). The rule that turns one into the other:
 
-**The sample of a rollout is its ``main`` sample**: the first chain of the conversation the agent
-had (not a client's side request, a sub-agent, a compaction segment or a retry branch). Every
+**The sample of a rollout is its ``main`` sample**: the chain of the conversation the agent had
+(its first root's chain to its latest turn: never a client's side request, a sub-agent, a
+compaction segment, a retry branch, nor a dead end the model sent itself with its key). Every
 other sample's trained tokens are *left out* of the record and reported in
 :attr:`SlotRecord.left_out` (counts per branch, logged once per slot): a trainer that can take
 several sequences per rollout (slime) takes :attr:`SlotRecord.samples` instead.

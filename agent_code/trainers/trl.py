@@ -22,8 +22,13 @@ meets it:
 * ``prompt_ids`` and ``completion_ids`` are the record's own ids: TRL trains on exactly these
   (it left-pads the prompts, right-pads the completions, and does not cut a ``rollout_func``'s
   completions to ``max_completion_length``; neither does this adapter unless asked:
-  ``max_completion_length=`` cuts a longer completion — ids, mask, logprobs alike — and the cut
-  row no longer ends in an end-of-turn id, which TRL's ``mask_truncated_completions`` masks).
+  ``max_completion_length=`` cuts a longer completion — ids, mask, logprobs alike — and trains
+  the part it keeps).
+* **``mask_truncated_completions`` is refused** (a ``ValueError`` on the first call): TRL masks
+  out a whole row whose last id is no end-of-turn or pad id, and a rollout's completion ends
+  wherever its last recorded turn ended — a model that writes its last turn up to the session's
+  token cap would have its failure masked, its zero turned into no signal. Our ``env_mask``
+  already leaves out every token that was not sampled.
 * ``env_mask`` is our loss mask. TRL multiplies it into its completion mask (pads: 0), and pads
   the ``env_mask`` itself with **1**: a mask shorter than its completion would train the tail, so
   a record whose ids, mask and logprobs differ in length is refused.
@@ -190,6 +195,7 @@ class AgentRolloutFunc:
         self._gateway = _Gateway(gateway_url, admin_token) if gateway_url else None
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        refuse_truncation_masking(trainer)
         slots = slots_of(prompts, self.index)
         tokenizer = _tokenizer_of(trainer)
         filler = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -245,6 +251,15 @@ def agent_rollout_func(tasks: Iterable[Task], config: RolloutConfig, **options: 
     :class:`AgentRolloutFunc`: ``engine=`` an ``--engine`` spec or ``gateway_url=`` + ``admin_token=``,
     ``max_completion_length=``, ``trajectory_dir=``, and the gateway's options such as ``tokenizer=``)."""
     return AgentRolloutFunc(tasks, config, **options)
+
+
+def refuse_truncation_masking(trainer: Any) -> None:
+    """Refuse a trainer that masks "truncated" completions (see the module doc): whether a
+    rollout's completion ends in an end-of-turn id is the model's to decide."""
+    if getattr(getattr(trainer, "args", None), "mask_truncated_completions", False):
+        raise ValueError("agent-code rollouts cannot be trained with mask_truncated_completions=True: TRL would mask "
+                         "out every rollout whose last turn the model wrote up to its token cap, turning its reward "
+                         "into no signal (the env_mask already leaves out every token not sampled)")
 
 
 def _tokenizer_of(trainer: Any) -> Any:

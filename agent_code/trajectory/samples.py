@@ -18,7 +18,8 @@ Masking rules:
   A turn's span also ends where the next chain turn's prompt ends, so two turns never claim
   the same position.
 * A turn shared by several chains (a retry splits off it) is trained once: in the first sample
-  that contains it (samples are ordered by chain root index, then leaf index). Later samples
+  that contains it (samples are ordered by chain root index, the main chain first among its
+  root's, then leaf index). Later samples
   mask it 0 and list it under ``metadata["shared_turns"]``.
 * Everything else (tool results, user text, template tokens) is mask 0, logprob 0.0.
 
@@ -30,10 +31,14 @@ indices, end exclusive), so a session that spans a weight update stays one sampl
 trainer can correct the off-policy spans.
 
 Branches: a root that is a client's side request (``side.py``: a known title/topic request,
-or one without tools beside roots with tools whose system prompt is none of theirs) is ``"side"``; the first other root's first chain
-is ``"main"``; another root is labelled by its ``branch_hint``, else ``"sub-agent"`` when its
-system message or its tool set differs from the main root's, else ``"compaction"`` (same
-agent, history rewritten). A chain that splits off a turn an
+or one without tools beside roots with tools whose system prompt is none of theirs) is
+``"side"``. Of the first other root's chains, the one that ends at its latest turn is ``"main"``
+(of those whose turns carry no branch hint): the conversation the client went on with to its
+end — a retried turn's answer, not the one it dropped — never the first leaf by index, nor the
+longest chain, which requests the model sends itself with its session key during its run (a
+dead end off an early turn; a crafted chain longer than the rest of the agent's) would be. Another root is labelled by its ``branch_hint``,
+else ``"sub-agent"`` when its system message or its tool set differs from the main root's, else
+``"compaction"`` (same agent, history rewritten). A chain that splits off a turn an
 earlier sample already holds is a ``"retry"`` unless its first own turn carries a hint.
 
 Rewards (:data:`REWARD_POLICIES`): ``"full"`` — the default — gives every sample the session
@@ -143,6 +148,15 @@ def _chains(by_index: dict[int, TurnRecord]) -> list[list[TurnRecord]]:
     return chains
 
 
+def _main_chain(chains: list[list[TurnRecord]], first_root: TurnRecord) -> int:
+    """Move the main chain (module doc) to the front of its root's chains, so that it trains the
+    turns it shares with the others; its position."""
+    ours = [n for n, c in enumerate(chains) if c[0] is first_root]
+    best = max(ours, key=lambda n: (not any(u.branch_hint for u in chains[n][1:]), chains[n][-1].index))
+    chains.insert(ours[0], chains.pop(best))
+    return ours[0]
+
+
 def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollout_id: str | None = None,
                   reward_policy: str = "full", metadata: dict[str, Any] | None = None,
                   status_override: str | None = None,
@@ -166,7 +180,7 @@ def build_samples(records: Sequence[TurnRecord], *, reward: float | None, rollou
     chains = _chains(by_index)
     side = side_roots(chain[0] for chain in chains if chain[0].parent is None or chain[0].parent not in by_index)
     first_root = next((c[0] for c in chains if c[0].index not in side), chains[0][0])
-    main_chain = next(n for n, c in enumerate(chains) if c[0] is first_root)
+    main_chain = _main_chain(chains, first_root)
 
     trained: set[int] = set()                   # turns already trained by an earlier sample
     samples: list[Sample] = []

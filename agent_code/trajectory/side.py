@@ -14,7 +14,8 @@ A root turn is a *side* request when
   ``tool_choice: none``), never a side request. A client's real side requests (Claude Code's
   title and topic checks) have a system prompt of their own.
 
-The first root that is not a side request is the conversation: its first chain is ``main``.
+The first root that is not a side request is the conversation: its chain that ends at its latest
+turn is ``main`` (``samples.py``).
 """
 
 from __future__ import annotations
