@@ -76,20 +76,11 @@ class DroppingProxy:
         upstream = socket.create_connection(self.upstream)
         if drop:
             with client, upstream:
-                request = b""
-                while not _request_complete(request):
-                    chunk = client.recv(65536)
-                    if not chunk:
-                        return
-                    request += chunk
+                request = _read_until(client, _request_complete)
+                if not _request_complete(request):
+                    return
                 upstream.sendall(request)
-                response = b""
-                while not _response_complete(response):
-                    chunk = upstream.recv(65536)
-                    if not chunk:
-                        break
-                    response += chunk
-                self.dropped.append(response)
+                self.dropped.append(_read_until(upstream, _response_complete))
                 client.shutdown(socket.SHUT_RDWR)
             return
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
@@ -97,6 +88,17 @@ class DroppingProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def _read_until(sock: socket.socket, complete) -> bytes:
+    """What ``sock`` sends until ``complete(data)`` holds or it closes."""
+    data = b""
+    while not complete(data):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _request_complete(data: bytes) -> bool:
