@@ -17,17 +17,18 @@ higher one:
  4    parse                                         completion → text, reasoning, tool calls
  5    trajectory                                    turn records, samples, turn logs
  6    gateway                                       the turn pipeline and its HTTP server
- 7    tools                                         the tools and their registry (incl. skills)
- 8    policy                                        shell analysis, rules, deny list, decision
- 9    providers                                     model providers (local: the gateway)
-10    agent                                         the loop and what it owns, settings loading
-11    worktree, mcp                                 git worktrees; MCP servers and their tools
-12    sandbox                                       where a rollout's agent runs
-13    tasks                                         tasks, workspaces, grading
-14    harness                                       one CLI agent in a sandbox
-15    rollout                                       rollouts, export, the inspect HTML page
-16    cli                                           the command line
-17    demo, __main__                                demos and the entry point
+ 7    confine                                       the OS sandbox around the agent's commands
+ 8    tools                                         the tools and their registry (incl. skills)
+ 9    policy                                        shell analysis, rules, deny list, decision
+10    providers                                     model providers (local: the gateway)
+11    agent                                         the loop and what it owns, settings loading
+12    worktree, mcp                                 git worktrees; MCP servers and their tools
+13    sandbox                                       where a rollout's agent runs
+14    tasks                                         tasks, workspaces, grading
+15    harness                                       one CLI agent in a sandbox
+16    rollout                                       rollouts, export, the inspect HTML page
+17    cli                                           the command line
+18    demo, __main__                                demos and the entry point
 ====  ===========================================  ==========================================
 
 Two chains meet at the CLI — the agent's (tools → policy → providers → agent) and the
@@ -56,6 +57,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("parse",),
     ("trajectory",),
     ("gateway",),
+    ("confine",),
     ("tools",),
     ("policy",),
     ("providers",),
