@@ -93,6 +93,8 @@ def explanation_lines(explained: Explanation, mode: str, mode_source: str = "") 
     if explained.detail and explained.detail not in explained.reason:
         lines.append(f"matched: {explained.detail}")
     lines.append(f"mode: {mode}" + (f"  ({mode_source})" if mode_source else ""))
+    if explained.sandbox:
+        lines.append(f"sandbox: {explained.sandbox}")
     return lines
 
 

@@ -36,6 +36,15 @@ it came from) from steps 1–3; :meth:`PermissionPolicy.check` acts on it with s
    before anyone is asked: a hook that exits 2 refuses it, with its stderr as the reason;
 5. for ``ask``: the ``ask`` callback (the REPL's y/n/always prompt), else a denial.
 
+**The OS sandbox** (``agent_code/confine``) is the first wall; this policy is the second. With
+a wall (``PermissionPolicy.wall``), a call that the mode table would ask about in ``default``
+or ``acceptEdits`` runs without a question when the wall contains it: a command of the
+agent's own bash tool (it runs inside the wall, whatever it does) — never an MCP tool's call,
+whose server acts where the wall does not reach. Rules still decide first (an ``ask`` rule
+still asks), the deny list and deny rules still refuse, and self-protection's ``ask`` (a write
+target it cannot know) still asks. Edits keep the mode's answer: the edit tools run in the
+agent's own process, outside the wall, and in ``default`` an edit is the user's review point.
+
 Plan mode also lets read-only **commands** run (``ls``, ``cat``, ``grep``, ``git diff``, …):
 :func:`effective_kind` treats an ``execute`` call whose ``command`` argument passes
 :func:`is_read_only_command` as a ``read``. That check is an allow-list over a real
@@ -49,10 +58,10 @@ promise of plan mode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol
 
 from agent_code.policy import self_protection
 from agent_code.policy.commands import analyze
@@ -135,6 +144,21 @@ def command_argument(tool: Tool, arguments: object) -> str | None:
     return command if isinstance(command, str) else None
 
 
+class Containment(Protocol):
+    """What the policy needs of the OS sandbox (``agent_code.confine.Wall``)."""
+
+    def describe(self) -> str: ...
+
+
+AUTO_ALLOW_MODES = (PermissionMode.DEFAULT, PermissionMode.ACCEPT_EDITS)
+
+
+def contained_command(wall: "Containment | None", tool: Tool, arguments: object) -> bool:
+    """True when the wall runs this call: a command line of the agent's own ``execute`` tool
+    (bash) with a wall set. An MCP tool's call is never contained: its server does its work."""
+    return wall is not None and command_argument(tool, arguments) is not None
+
+
 Asker = Callable[[Tool, Any], bool]  # (tool, arguments) -> approved?
 PreToolUse = Callable[[Tool, Any], "str | None"]  # (tool, arguments) -> why it is blocked, or None
 
@@ -175,6 +199,8 @@ class PermissionPolicy:
     rules: RuleSet = field(default_factory=RuleSet)
     root: Path | None = None
     pre_tool_use: PreToolUse | None = None
+    # the OS sandbox the bash tool's commands run in (None: none; see the module doc)
+    wall: Containment | None = None
 
     def __post_init__(self) -> None:
         self.mode = PermissionMode(self.mode)
@@ -194,7 +220,8 @@ class PermissionPolicy:
         is one it cannot judge: asked, as a line it cannot read, never run unasked nor a
         crash of the agent."""
         try:
-            return self._explain(tool, arguments)
+            explained = self._explain(tool, arguments)
+            return replace(explained, sandbox=self._sandbox_line(tool, arguments))
         except Exception as error:  # noqa: BLE001
             detail = f"{type(error).__name__}: {error}"[:200]
             message = (f"Permission denied: {tool.name} was not run: the permission policy could not judge this call "
@@ -237,6 +264,11 @@ class PermissionPolicy:
                 if verdict.detail:
                     reason += f" (it matched `{verdict.detail}`)"
                 explained = Explanation(behavior, reason, verdict.rule, verdict.source, "rule", verdict.detail)
+        elif behavior == "ask" and mode in AUTO_ALLOW_MODES and contained_command(self.wall, tool, arguments):
+            verdict = None
+            behavior = "allow"
+            explained = Explanation(behavior, f"the OS sandbox contains it, and '{mode.value}' runs contained "
+                                              "commands without asking", None, "sandbox", "sandbox")
         else:
             verdict = None
             explained = Explanation(behavior, mode_reason(mode, tool, kind, arguments), None, "mode", "mode")
@@ -253,6 +285,14 @@ class PermissionPolicy:
             message = ""
         return Explanation(explained.behavior, explained.reason, explained.rule, explained.source,
                            explained.stage, explained.detail, message)
+
+    def _sandbox_line(self, tool: Tool, arguments: object) -> str:
+        """Whether the OS sandbox would contain the call, for a person (empty: not a command)."""
+        if command_argument(tool, arguments) is None:
+            return ""
+        if self.wall is None:
+            return "off: the command would run unconfined"
+        return f"contains it ({self.wall.describe()})"
 
     def check(self, tool: Tool, arguments: object) -> Decision:
         """Allow or refuse one call (the steps are in the module doc): :meth:`explain`,
@@ -287,10 +327,11 @@ class Explanation:
     stage: str
     detail: str = ""
     message: str = ""
+    sandbox: str = ""   # whether the OS sandbox would contain a command (empty: not a command)
 
     def as_dict(self) -> dict[str, Any]:
         return {"decision": self.behavior, "reason": self.reason, "rule": self.rule, "source": self.source,
-                "stage": self.stage, "detail": self.detail}
+                "stage": self.stage, "detail": self.detail, "sandbox": self.sandbox}
 
 
 def mode_reason(mode: PermissionMode | str, tool: Tool, kind: ToolKind, arguments: object) -> str:
