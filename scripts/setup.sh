@@ -27,10 +27,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
-# the permission policy's hot modules compiled with mypyc (scripts/build_native.py, about a
-# minute, redone only when their sources change); where that fails (no C compiler or no
-# Python headers) the policy runs as pure Python: the same decisions, slower. (scripts/test.sh
-# sets AGENT_CODE_BUILD_NATIVE_LATER and builds it beside its own set-up.)
-if [ -z "${AGENT_CODE_BUILD_NATIVE_LATER:-}" ]; then
-  .venv/bin/python scripts/build_native.py || true
-fi
+# (a checkout set up before the policy was pure Python only may hold the old compiled build,
+# which nothing loads any more: removed so no stale native code lies in the package)
+rm -rf agent_code/policy/_native agent_code/policy/_native.new

@@ -2,11 +2,7 @@
 # Set up, then run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-AGENT_CODE_BUILD_NATIVE_LATER=1 bash scripts/setup.sh
-# the compiled policy (scripts/setup.sh says what it is) builds on one core while the npm
-# peers install and ruff and mypy run; the tests wait for it
-.venv/bin/python scripts/build_native.py &
-native_build=$!
+bash scripts/setup.sh
 # verl's own venv (transformers<5.11) for the verl adapter's tests, made beside the rest
 bash scripts/setup_verl.sh &
 verl_setup=$!
@@ -27,9 +23,5 @@ export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is 
 .venv/bin/ruff check --quiet agent_code tests bench examples
 # types: mypy's findings fail it too ([tool.mypy] in pyproject.toml says how strict)
 .venv/bin/mypy --no-error-summary
-wait "$native_build" || true  # (a failed build: the policy runs as pure Python)
 wait "$verl_setup" || echo "setup: .venv-verl could not be made; the verl tests will say VERL NOT TESTED" >&2
-# which form of the permission policy the tests judge with (compiled where set-up built it;
-# the tests marked pure_python run on the Python policy either way: tests/conftest.py)
-.venv/bin/python scripts/build_native.py --check || true
 exec .venv/bin/python -m pytest "$@"

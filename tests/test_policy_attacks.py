@@ -376,7 +376,6 @@ def test_line_breaks_bash_reads_on_over_are_read(command):
     assert decision("bypassPermissions", command) == "allow", command
 
 
-@pytest.mark.pure_python
 def test_a_line_the_analysis_fails_on_is_asked_not_a_crash(monkeypatch):
     """A bug in the analysis must neither crash the agent (the check raised IndexError on a
     redirected assignment in a pipeline, `zq1 |& while false; do v=1 ||<LF>zq2 2>/dev/null;
@@ -554,7 +553,6 @@ def test_a_malformed_bracket_is_judged_not_a_crash(command):
     assert decision("bypassPermissions", command) in ("allow", "ask", "deny")
 
 
-@pytest.mark.pure_python
 def test_an_error_inside_the_policy_asks_instead_of_crashing(monkeypatch):
     from agent_code.policy import denylist
 

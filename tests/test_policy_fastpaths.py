@@ -159,7 +159,6 @@ def _general_paths_only(monkeypatch) -> None:
     monkeypatch.setattr(sp.Places, "root_is_plain", property(lambda self: False), raising=False)
 
 
-@pytest.mark.pure_python
 @pytest.mark.parametrize("via_link", [False, True])
 @pytest.mark.parametrize("cwd_unknown", [False, True])
 def test_words_are_judged_the_same_without_the_shortcut(tree, monkeypatch, cwd_unknown, via_link):
@@ -324,7 +323,6 @@ def _corpus() -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-@pytest.mark.pure_python
 def test_command_lines_are_judged_the_same_without_the_shortcuts(tree, monkeypatch):
     """Self-protection's findings and the deny list's hits for several hundred lines (the
     decision table, the self-protection tests', the bench's) in a project full of links."""
@@ -359,7 +357,6 @@ class _Everything:
         return True
 
 
-@pytest.mark.pure_python
 def test_command_lines_are_analysed_the_same_without_the_shortcuts(monkeypatch):
     """commands.analyze: an ordinary program's command made in _simple, as _expand_argv makes it."""
     from agent_code.policy import commands
@@ -567,7 +564,6 @@ _REPEATS = [
 ]
 
 
-@pytest.mark.pure_python
 def test_hits_are_what_they_were(tree):
     """Every hit (all of them, in order) of the corpus and of lines that repeat commands, by
     ``denylist.hits`` and by the loop it replaced; and first_hit is the first of them."""
@@ -641,3 +637,37 @@ def test_assignments_are_the_pattern_s_finditer():
         assert [(m.span(), m.groups()) for m in evaluated._assignments(text)] == expected, text
         found += len(expected)
     assert found > 5000
+
+
+# --- Command and Invocation: their own __init__ fills __dict__ at once ---------------------
+
+def test_commands_built_the_short_way_behave_as_frozen_dataclasses():
+    """``Command`` and ``Invocation`` set their fields with one write of ``__dict__`` instead of
+    the frozen dataclass's setattr per field: they stay frozen, equal and hashed by their
+    compared fields (``program`` is derived, not compared), ``replace`` derives ``program``
+    again, and copies and pickles are equal to the original, ``program`` included."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from agent_code.policy import commands as c
+
+    found = c.analyze("sudo /bin/rm -rf -- / | tee log").commands
+    assert [x.program for x in found] == ["sudo", "rm", "tee"]
+    b = c.Command(("/bin/rm", "-rf", "--", "/"))
+    assert b.program == "rm" and c.Command((), (("<", "f"),)).program == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.argv = ()  # type: ignore[misc]
+    assert found[1] == c.Command(("/bin/rm", "-rf", "--", "/"), patterns=found[1].patterns)
+    assert len({found[1], c.Command(found[1].argv, patterns=found[1].patterns)}) == 1
+    assert b != b.argv and b != c.Command(b.argv, wrapper="sudo") and b != c.Command(b.argv, patterns=("x",))
+    assert c.Command(b.argv, program="other") == b  # the derived name takes no part in equality
+    assert hash(b) == hash(c.Command(b.argv))
+    assert dataclasses.replace(b, argv=("ls",)).program == "ls"
+    invocation = c.normalize(b.argv)
+    assert invocation == c.Invocation("rm", (("-r", None), ("-f", None)), ("/",))
+    assert repr(invocation) == "Invocation(program='rm', flags=(('-r', None), ('-f', None)), operands=('/',))"
+    for x in (b, found[0], invocation):
+        for y in (copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+            assert y == x and type(y) is type(x) and repr(y) == repr(x), (x, y)
+            assert y.program == x.program

@@ -455,8 +455,7 @@ def test_one_component_links_in_the_root_reached_by_commands(project, home):
 
 def test_places_derives_its_lookups_once(project, home):
     """The prefixes, folded starts and root forms a check reads for every word are made
-    when the Places is (in both forms: a compiled build turned functools.cached_property
-    into a property computed again at every read); they agree with ``real`` and ``root``."""
+    when the Places is, not at every read; they agree with ``real`` and ``root``."""
     places = sp.Places.of(project, home)
     for name in ("prefixes", "folded_starts", "root_text", "root_slash"):
         assert getattr(places, name) is getattr(places, name), name  # the same object: not made again

@@ -147,7 +147,6 @@ def test_a_command_name_with_a_literal_dollar_is_listed_once_not_unwound_forever
     assert len(names) == len(set(names)) < 10, names
 
 
-@pytest.mark.pure_python
 def test_wrappers_and_names_unwound_past_the_depth_limit_make_the_line_opaque(monkeypatch):
     """However _expand_argv comes to call itself again (a name, a wrapper), it stops at
     MAX_DEPTH: the line is opaque (the policy asks), never a RecursionError's depth of work."""

@@ -20,18 +20,12 @@ One package, below the agent loop and above the tools it judges:
   :meth:`~PermissionPolicy.explain`: the decision and why, without asking anyone).
 
 The names below are the public face: what the loop, the CLI and the settings loader use.
-The submodules stay importable for tests and benchmarks. ``NATIVE`` says whether the hot
-modules run compiled (``scripts/build_native.py``, ``native.py``) or as Python.
+The submodules stay importable for tests and benchmarks.
 """
 
-from agent_code.policy import native
+from agent_code.policy.permissions import Decision, Explanation, PermissionMode, PermissionPolicy
+from agent_code.policy.rules import RuleError, RuleSet, parse_rule, subject_of, suggest_rules
+from agent_code.policy.settings import MODES, PermissionSettings, SettingsError, read_permissions
 
-# the compiled build of the hot modules, when it was made from these sources (native.py)
-NATIVE = native.enable(__path__)
-
-from agent_code.policy.permissions import Decision, Explanation, PermissionMode, PermissionPolicy  # noqa: E402
-from agent_code.policy.rules import RuleError, RuleSet, parse_rule, subject_of, suggest_rules  # noqa: E402
-from agent_code.policy.settings import MODES, PermissionSettings, SettingsError, read_permissions  # noqa: E402
-
-__all__ = ["NATIVE", "Decision", "Explanation", "MODES", "PermissionMode", "PermissionPolicy", "PermissionSettings", "RuleError",
+__all__ = ["Decision", "Explanation", "MODES", "PermissionMode", "PermissionPolicy", "PermissionSettings", "RuleError",
            "RuleSet", "SettingsError", "parse_rule", "read_permissions", "subject_of", "suggest_rules"]

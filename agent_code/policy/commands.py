@@ -36,7 +36,6 @@ import posixpath
 import re
 import shlex
 import sys
-import types
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -48,15 +47,6 @@ from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED,
                                            Word, escape, parse)
 
 MAX_DEPTH: Final = 8
-
-
-def _probe() -> None:
-    """Nothing: the type of a function of this module tells which form runs (below)."""
-
-
-# whether this module runs compiled (scripts/build_native.py): its functions are then built-in
-# functions, and its native classes (Command, Invocation) hold their fields in C slots
-NATIVE_FORM: Final = not isinstance(_probe, types.FunctionType)
 
 
 # --- what runs: unwrapping ------------------------------------------------------------
@@ -201,44 +191,15 @@ class Command:
         # Command per command, a long line a hundred)
         if program is None:
             program = program_name(argv[0]) if argv else ""
-        if NATIVE_FORM:  # (compiled: a C struct's slots, no __dict__; mypyc sets a slot
-            # itself for object.__setattr__ spelled out, where it calls a name holding it)
-            object.__setattr__(self, "argv", argv)
-            object.__setattr__(self, "redirects", redirects)
-            object.__setattr__(self, "wrapper", wrapper)
-            object.__setattr__(self, "privileged", privileged)
-            object.__setattr__(self, "sub_programs", sub_programs)
-            object.__setattr__(self, "patterns", patterns)
-            object.__setattr__(self, "program", program)
-        else:  # what the frozen dataclass's own __init__ does, without a setattr call per field
-            _set_fields(self, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": wrapper,
-                                           "privileged": privileged, "sub_programs": sub_programs,
-                                           "patterns": patterns, "program": program})
+        # what the frozen dataclass's own __init__ does, without a setattr call per field
+        _set_fields(self, "__dict__", {"argv": argv, "redirects": redirects, "wrapper": wrapper,
+                                       "privileged": privileged, "sub_programs": sub_programs,
+                                       "patterns": patterns, "program": program})
 
     program: str = dataclasses.field(init=False, repr=False, compare=False)  # argv[0]'s base name
 
-    # what the frozen dataclass would make of its compared fields, written out: a compiled
-    # build compiles these (the dataclass's own are Python functions, 0.5 us a hash), and the
-    # deny list keys its memo by Command (dataclass keeps a class's own __eq__ and __hash__)
-    def _key(self) -> tuple[object, ...]:
-        return (self.argv, self.redirects, self.wrapper, self.privileged, self.sub_programs, self.patterns)
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Command)
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # (copy and pickle: a native instance is rebuilt by its constructor, not from a __dict__)
-        return Command, (self.argv, self.redirects, self.wrapper, self.privileged, self.sub_programs, self.patterns,
-                         self.program)
-
-
-_set_fields: Final = object.__setattr__  # a frozen instance's field (or, pure Python, its whole __dict__ at once)
+_set_fields: Final = object.__setattr__  # a frozen instance's whole __dict__ at once
 
 
 @dataclass
@@ -554,10 +515,6 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     word_subs: tuple[tuple[Script, ...], ...]
     if not words:
         argv = patterns = word_subs = ()
-    elif NATIVE_FORM:  # (compiled, a loop per field is a C loop, and zip(*words) five times slower)
-        argv = tuple([w.text for w in words])
-        patterns = tuple([w.pattern for w in words])
-        word_subs = tuple([w.subs for w in words])
     else:  # the words' fields as columns, at once (zip runs in C: a third of three comprehensions)
         columns = tuple(zip(*words))
         argv, patterns, word_subs = columns[_TEXT], columns[_PATTERN], columns[_SUBS]
@@ -904,15 +861,7 @@ class Invocation:
     operands: tuple[str, ...]
 
     def __init__(self, program: str, flags: tuple[tuple[str, str | None], ...], operands: tuple[str, ...]) -> None:
-        if NATIVE_FORM:  # (as Command's)
-            object.__setattr__(self, "program", program)
-            object.__setattr__(self, "flags", flags)
-            object.__setattr__(self, "operands", operands)
-        else:
-            _set_fields(self, "__dict__", {"program": program, "flags": flags, "operands": operands})
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return Invocation, (self.program, self.flags, self.operands)  # (as Command's)
+        _set_fields(self, "__dict__", {"program": program, "flags": flags, "operands": operands})  # (as Command's)
 
     def has_flag(self, name: str) -> bool:
         return any(n == name for n, _ in self.flags)

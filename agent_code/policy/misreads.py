@@ -19,7 +19,7 @@ from typing import Final
 from agent_code.policy import grammar
 from agent_code.policy.grammar import Node
 
-KIND: Final = grammar.KIND  # (a C static in a compiled build: see shell_syntax._KIND)
+KIND: Final = grammar.KIND  # (see shell_syntax._KIND)
 
 
 def check(root: Node, parsed: bytes, source: bytes) -> tuple[str, ...]:

@@ -93,7 +93,6 @@ from pathlib import Path
 from typing import Any, Final, Iterable, Literal, cast
 
 from agent_code.policy.commands import Analysis, Command, normalize, own_argv, program_name
-from agent_code.policy.native import mypyc_attr
 from agent_code.policy.shell_syntax import WRITE_REDIRECTIONS
 
 PROJECT_DIR: Final = ".agent"          # agent/settings.py PROJECT_DIR
@@ -150,7 +149,6 @@ _set_field: Final = object.__setattr__  # (a frozen dataclass's field, set once 
 
 # --- where the protected places are -------------------------------------------------
 
-@mypyc_attr(native_class=False)  # (a Python class: tests put a property on it, test_policy_fastpaths)
 @dataclass(frozen=True)
 class Places:
     """The protected places of one project for one user: ``root`` and ``home`` as given,
@@ -172,8 +170,7 @@ class Places:
     root_slash: str = field(init=False, repr=False, compare=False)  # root_text with one trailing "/"
 
     def __post_init__(self) -> None:
-        # (fields, not functools.cached_property: a compiled build turns that into a plain
-        # property, computed again at every read; tests/test_self_protection.py checks both)
+        # (fields, computed once here: each check reads them many times)
         prefixes = tuple((p, p.casefold().rstrip("/") or "/", what) for p, what in self.real)
         text = str(self.root)
         _set_field(self, "prefixes", prefixes)
@@ -647,8 +644,7 @@ def judge_word(word: str, shell: _Shell) -> tuple[Severity, str] | None:
     # (in the root, the usual directory, without it: a Path's hash is a Python-level call)
     key = (word, shell.dotglob) if here is shell.places.root else (word, here, shell.dotglob)
     judged = shell.judged
-    # (one lookup: a verdict may be None; typed object, as a compiled build checks the type
-    # a name is declared with, and the sentinel is neither a verdict nor None)
+    # (one lookup: a verdict may be None; typed object, as the sentinel is neither a verdict nor None)
     cached: object = judged.get(key, _UNJUDGED)
     if cached is not _UNJUDGED:
         return cast("tuple[Severity, str] | None", cached)

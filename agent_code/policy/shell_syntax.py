@@ -36,11 +36,8 @@ import tree_sitter
 from agent_code.policy import misreads
 from agent_code.policy import grammar
 from agent_code.policy.grammar import Node, parser
-from agent_code.policy.native import mypyc_attr
 
-# (Final names of a compiled module are C statics, read without a lookup in the module's
-# dict, most of all this one, read for every node: the policy's modules mark their
-# constants Final for that; an imported name is bound here again to become one)
+# (read for every node: a global of this module, without the attribute lookup on grammar)
 _KIND: Final = grammar.KIND
 
 REDIRECTIONS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<-", "<<<", "<&", "<>", "<&-", ">&-"})
@@ -93,7 +90,6 @@ class Simple(NamedTuple):
         return tuple(w.text for w in self.words)
 
 
-@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Compound:
     """A compound command as one pipeline stage: its body, and redirections on it."""
@@ -109,7 +105,6 @@ class Compound:
 Stage = Union[Simple, Compound]
 
 
-@mypyc_attr(native_class=False)  # (see native.py: instances built through __dict__)
 @dataclass(frozen=True, init=False)
 class Script:
     pipelines: tuple[tuple[Stage, ...], ...] = ()
@@ -216,8 +211,7 @@ _SPACE: Final = re.compile(r"\s")
 _CHANGES_VARIABLES: Final = re.compile(r"\bread\b|\b(declare|local|typeset|export|unset|mapfile|readarray|getopts|printf\s+-v|"
                                 r"eval|source)\b|^\.\s", re.MULTILINE)
 # the reader gives up (RecursionError, which the analysis reads as opaque) past this many
-# nested containers and word parts: below Python's own limit, so the pure and the compiled
-# form (which has no recursion check of its own) stop at the same line, on any thread's stack
+# nested containers and word parts: below Python's own limit, on any thread's stack
 # (chains, `a && b && …`, are read with a stack: no bound on their length)
 MAX_NESTING: Final = 150
 # (every match holds a "(" or a "`": two searches for those, much cheaper than the
