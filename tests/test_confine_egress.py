@@ -763,6 +763,20 @@ def test_enter_relays_then_leaves_no_relay_behind_and_holds_no_pipe(web):
     assert left == [] and elapsed < 10
 
 
+def test_the_relay_is_not_the_programs_child_and_survives_a_closed_stdin(web):
+    """A program that waits for all its children must not wait for the relay; a command started
+    with its stdin closed still gets a working relay (its descriptors did not land on fd 0)."""
+    port = _free_port()
+    script = (f"import os, socket; print(repr(open(f'/proc/self/task/{{os.getpid()}}/children').read()));"
+              f"s = socket.create_connection(('127.0.0.1', {port}));"
+              f"s.sendall(b'GET http://127.0.0.1:{web.port}/x HTTP/1.1\\r\\n\\r\\n');"
+              f"print(s.makefile('rb').read().decode().splitlines()[-1])")
+    with _proxy(["127.0.0.1"]) as proxy:
+        argv = relay_prefix(ENTER_SCRIPT, port, proxy.socket_path) + [sys.executable, "-I", "-S", "-c", script]
+        proc = subprocess.run(["bash", "-c", '"$@" <&-', "bash", *argv], capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == ["''", f"SAW GET /x HTTP/1.1 host=127.0.0.1:{web.port}"], proc
+
+
 @pytest.mark.parametrize("args,code,message", [
     (["--relay", "{busy}", "/nonexistent.sock", "--", "true"], 125, "starting the network relay"),
     (["--relay", "0", "/x.sock", "--", "true"], 2, "out of range"),

@@ -155,6 +155,11 @@ def main(argv: list[str]) -> int:
         return 2
     step = "loading the relay"
     try:
+        for fd in (0, 1, 2):   # a closed one would be taken by the relay's descriptors, then lost
+            try:
+                os.fstat(fd)
+            except OSError:
+                os.open(os.devnull, os.O_RDWR)
         module = _relay_module()
         step = "bringing up loopback"
         module.loopback_up()
