@@ -654,7 +654,7 @@ def test_relay_inside_cli_listens_and_forwards(tmp_path):
 
         async def go():
             async with GatewayRelay(gateway.url, sock):
-                script = Path(__file__).resolve().parents[1] / "agent_code" / "sandbox" / "relay_inside.py"
+                script = Path(__file__).resolve().parents[1] / "agent_code" / "confine" / "relay_inside.py"
                 cmd = (f"{sys.executable} -I -S {script} --listen 127.0.0.1:8123 --socket {sock} --lo-up && "
                        f"curl -s --max-time 5 http://127.0.0.1:8123/v1/x; echo; "
                        f"{sys.executable} -I -S {script} --listen 127.0.0.1:99999 --socket {sock}; echo rc=$?")

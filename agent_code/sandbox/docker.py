@@ -13,7 +13,7 @@ What a container is, and what that guarantees:
   (:meth:`DockerSandbox.expose_gateway`): the host end (:class:`~agent_code.sandbox.relay.
   GatewayRelay`) listens on a Unix socket in a per-sandbox host directory (0700, root's) — the
   container's only bind mount, read-only, at ``/run/agent-code`` — and connects to the gateway
-  and nowhere else; the container end (``relay_inside.py``, stdlib only, copied in) runs as
+  and nowhere else; the container end (``confine/relay_inside.py``, stdlib only, copied in) runs as
   root and listens on the container's own ``127.0.0.1:PORT``. The agent uses
   ``http://127.0.0.1:PORT``: its gateway, and nothing else of this machine.
 * **its own root filesystem** (the image's, copied): no host file is visible, and everything

@@ -22,7 +22,7 @@ through :mod:`agent_code.sandbox.local_enter`, which in one process:
   covered by an empty read-only directory; a provided path inside a hidden one comes back.
 * gives it a **network namespace with loopback only**: after :meth:`expose_gateway`, a relay
   listens on the gateway's port on that loopback and leads, through a Unix socket, to the
-  gateway and nowhere else (:mod:`agent_code.sandbox.relay`, :mod:`agent_code.sandbox.relay_inside`).
+  gateway and nowhere else (:mod:`agent_code.sandbox.relay`, :mod:`agent_code.confine.relay_inside`).
 * drops to a **uid of its own** (unique per sandbox, named ``agent`` in its ``passwd``): no
   capabilities, no groups, ``no_new_privs``, ``RLIMIT_NPROC``, and a seccomp filter that refuses
   new user namespaces.

@@ -23,7 +23,7 @@ In one process, with no other program started:
    namespace's root, and the host's tree is detached from it (so even a chroot escape finds
    nothing of the host).
 2. **The network namespace**: ``lo`` up, nothing else. With ``spec["relay"]``, the gateway
-   relay's in-namespace end (:mod:`agent_code.sandbox.relay_inside`) is bound to its loopback
+   relay's in-namespace end (:mod:`agent_code.confine.relay_inside`) is bound to its loopback
    address and forked off; it serves as the agent's uid with no privileges left.
 3. **The agent's identity**: ``RLIMIT_NPROC``, no capabilities (bounding set emptied), no
    supplementary groups, the sandbox uid/gid, ``no_new_privs``, and a seccomp filter that
@@ -212,8 +212,10 @@ class _Module:
 
 
 def _relay_module() -> _Module:
-    """relay_inside.py, run as a plain file (importlib's machinery costs more than the script)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay_inside.py")
+    """``agent_code/confine/relay_inside.py``, run as a plain file (importlib's machinery costs
+    more than the script; ``-I -S`` puts no package on the path)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(package, "confine", "relay_inside.py")
     with open(path, "rb") as f:
         namespace = {"__name__": "agent_code_relay_inside", "__file__": path}
         exec(compile(f.read(), path, "exec"), namespace)

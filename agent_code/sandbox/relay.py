@@ -7,7 +7,7 @@ The gateway is made reachable through two relays:
 * this one, on the host, in the orchestrator's event loop: a Unix socket (inside the sandbox's
   directory, bind-mounted into the agent's view) whose every connection is forwarded to the
   gateway's TCP address — that one address, whatever the client sends;
-* :mod:`agent_code.sandbox.relay_inside`, in the namespace: a TCP listener on the namespace's
+* :mod:`agent_code.confine.relay_inside`, in the namespace: a TCP listener on the namespace's
   own ``127.0.0.1:PORT`` forwarding to that socket.
 
 The agent keeps using the gateway URL it was given (same host, same port), and the relay
@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from agent_code.sandbox.base import SandboxError
 
-INSIDE_SCRIPT = Path(__file__).with_name("relay_inside.py")
+INSIDE_SCRIPT = Path(__file__).parent.parent / "confine" / "relay_inside.py"   # stdlib only, run as a file
 CHUNK = 65536
 CONNECT_TIMEOUT = 10.0
 UNIX_PATH_MAX = 100   # sun_path holds 108 bytes

@@ -1,5 +1,11 @@
-"""The sandbox's end of the gateway relay: a TCP listener on the sandbox's own loopback that
-forwards every connection to a Unix socket (the host's end, :mod:`agent_code.sandbox.relay`).
+"""The sandbox's end of a relay: a TCP listener on the sandbox's own loopback that forwards
+every connection to a Unix socket, the host's end. Two walls use it:
+
+* a rollout sandbox's gateway relay (the host's end is :mod:`agent_code.sandbox.relay`; the
+  local sandbox's launcher, :mod:`agent_code.sandbox.local_enter`, loads this file by path, and
+  the Docker sandbox copies it into the container);
+* the confine wall's network allow-list (the host's end is the egress proxy,
+  :mod:`agent_code.confine.egress`; :mod:`agent_code.confine.enter` loads this file by path).
 
 Standard library only, so it runs as a plain file under any ``python3`` (a Docker image's
 included). Run as root inside a fresh network namespace::
