@@ -177,6 +177,14 @@ def test_the_next_spellings_of_the_attack(site, tmp_path):
     changes.append(lambda: write(root / "stdlib" / "json.py", canary_py(canary, "stdlib-v2")))
     expect["stdlib"] = "stdlib/json.py"
 
+    # a script in a subdirectory importing a package below it
+    write(root / "sub" / "server.py", "import pkg.mod\n")
+    write(root / "sub" / "pkg" / "__init__.py", "")
+    write(root / "sub" / "pkg" / "mod.py", canary_py(canary, "sub-v1"))
+    servers["sub"] = {"command": PY, "args": ["sub/server.py"]}
+    changes.append(lambda: write(root / "sub" / "pkg" / "mod.py", canary_py(canary, "sub-v2")))
+    expect["sub"] = "sub/pkg/mod.py"
+
     # PYTHONPATH naming a project directory
     write(root / "pp" / "tool.py", canary_py(canary, "pp-v1"))
     servers["pp"] = {"command": PY, "args": ["-c", "import tool"], "env": {"PYTHONPATH": "pp"}}

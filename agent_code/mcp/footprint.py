@@ -28,9 +28,11 @@ The footprint of a stdio server (:func:`footprint`), label → pin:
   file under it, recursively, following links to directories once, skipping ``.git`` and
   ``__pycache__``; a directory outside the project by its path only (``/``, ``$HOME`` given to a
   filesystem server is data, and the agent's writes stay in the project);
-* beside each file word inside the project, the files of its directory (not below it) that the
-  same interpreter would import: ``helper.py`` beside ``server.py``, ``lib.mjs`` beside
-  ``server.js``;
+* around each file word inside the project, the files the same interpreter would import from
+  its directory (``helper.py`` beside ``server.py``, ``lib.mjs`` beside ``server.js``): the whole
+  directory, recursively, when it is a subdirectory of the project (``tools/mcp/server.py``
+  pins every ``.py`` under ``tools/mcp``); only the files directly in it when the script is at
+  the project's top (recursing there would be the whole project);
 * the script's shebang line when the command is a file in the project (its interpreter is a word);
 * ``.mcp.json`` itself: a file or, when it is a link, where it points.
 
@@ -43,8 +45,8 @@ it off, saying why. Put such a server in ``~/.agent-code/settings.json`` (the us
 the project's) to have it start unasked.
 
 What it does not cover, by design or because it is unbounded: files the server reads or
-imports from elsewhere in the project (``python server.py`` importing ``pkg/mod.py`` from a
-subdirectory beside it, ``require('../lib')``, a config file it opens by a name it computes),
+imports from elsewhere in the project (a script at the project's top importing ``pkg/mod.py``
+from a subdirectory, ``require('../lib')``, a config file it opens by a name it computes),
 what it loads from outside the project without naming it (the interpreter's own library, a
 global install's ``node_modules``; a file outside the project that it *names* is pinned like any
 other, a directory there by its path only), Python's compiled caches (``__pycache__/*.pyc``, which Python prefers over the
@@ -184,7 +186,7 @@ class _Walker:
         self.out.pins.setdefault(label, f"directory {os.path.realpath(path)}")
         self._walk(path, label)
 
-    def _walk(self, path: Path, label: str) -> None:
+    def _walk(self, path: Path, label: str, family: frozenset[str] | None = None) -> None:
         real = os.path.realpath(path)
         if real in self.seen_dirs or self.out.unpinned:
             return
@@ -203,7 +205,9 @@ class _Walker:
             if os.path.isdir(child):
                 if os.path.islink(child):
                     self.out.pins[child_label] = f"directory link -> {os.path.realpath(child)}"
-                self._walk(child, child_label)
+                self._walk(child, child_label, family)
+            elif family is not None and Path(name).suffix.lower() not in family:
+                continue
             elif self.pin_file(child, child_label) is None:
                 return
 
@@ -221,6 +225,9 @@ class _Walker:
         real = Path(os.path.realpath(path))
         family = next((f for f in SIBLINGS if real.suffix.lower() in f), None)
         if family is None:
+            return
+        if str(real.parent) != str(self.real_root) and self.inside(real.parent):
+            self._walk(real.parent, self.label(real.parent), family)   # a script in a subdirectory: all of it
             return
         try:
             siblings = sorted(os.listdir(real.parent))
