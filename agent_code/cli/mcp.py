@@ -4,8 +4,10 @@ would have, their state and their tools; and the MCP part of a session's start
 
 ``list`` starts what the REPL would start — the user's servers (``~/.agent-code/settings.json``
 ``mcpServers``), those of ``--mcp-config``, and the project's (``.mcp.json``) that the user
-approved — prints each server (scope, file, what runs, ``connected`` with its tools and
-their kinds, or ``failed``/``not approved``/``declined`` with why) and stops them again.
+approved and whose files are still those approved — prints each server (scope, file, what
+runs with secrets masked, ``connected`` with its tools and their kinds, or
+``failed``/``not approved``/``declined`` with why, e.g. "changed since you approved it:
+server.py") and stops them again.
 It never asks: approving a project server is the REPL's, on a terminal.
 Exit codes: 0 listed, 1 a servers file that cannot be read.
 """
@@ -24,7 +26,7 @@ from agent_code.cli.project import fail, project_dir
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
     from agent_code.agent.settings import Settings
-    from agent_code.mcp import McpManager, ServerConfig
+    from agent_code.mcp import McpManager, ServerConfig, Verdict
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   invoke_without_command=True, help="MCP servers: their state and tools.")
@@ -56,13 +58,14 @@ def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: lis
 
 
 def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_values: list[str], *, repl: bool,
-                    ask: Callable[[ServerConfig], bool] | None = None, version: str = "0",
+                    ask: Callable[..., bool] | None = None, version: str = "0",
                     warn: Callable[[str], None] = _warn) -> McpManager | None:
     """Start the session's MCP servers and add their tools to ``agent``; the
     :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none."""
     from agent_code.agent.settings import user_dir
     from agent_code.mcp import (APPROVALS_FILE, FAILED, INVALID, NOT_APPROVED, NOT_STARTED, ApprovalStore, McpManager,
                                 plan, start_servers)
+    from agent_code.mcp.config import printable
 
     servers = configured_servers(root, getattr(settings, "mcp_servers", {}) or {}, cli_values, warn)
     if not servers:
@@ -72,9 +75,10 @@ def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_val
     start_servers(manager, planned)
     for state in manager.servers.values():
         if state.status in (FAILED, INVALID):
-            warn(f"MCP server {state.name} ({state.config.source}): {state.status}: {state.error}")
+            warn(printable(f"MCP server {state.name} ({state.config.source}): {state.status}: {state.error}"))
         elif state.status in (NOT_STARTED, NOT_APPROVED) and state.config.scope == "project":
-            print(f"agent-code: note: MCP server {state.name} ({state.config.source}) not started: {state.error}",
+            print(printable(f"agent-code: note: MCP server {state.name} ({state.config.source}) not started: "
+                            f"{state.error}"),
                   file=sys.stderr)
     add_tools(agent, manager, warn)
     return manager
@@ -92,23 +96,36 @@ def add_tools(agent: Agent, manager: McpManager, warn: Callable[[str], None] = _
             warn(f"MCP tool {tool.name} is left out: a tool of that name exists ({existing.origin or 'built in'})")
 
 
-def mcp_question(stdin: TextIO | None = None, stdout: TextIO | None = None) -> Callable[[ServerConfig], bool] | None:
-    """The REPL's start-up question about a project server not yet approved: y/N. None —
-    nobody to ask, so it does not start — unless stdin and stdout are a terminal (piped
-    input may be a command the agent ran)."""
+def mcp_question(stdin: TextIO | None = None,
+                 stdout: TextIO | None = None) -> Callable[[ServerConfig, Optional[Verdict]], bool] | None:
+    """The REPL's start-up question about a project server not yet approved (or changed since):
+    y/N. None — nobody to ask, so it does not start — unless stdin and stdout are a terminal
+    (piped input may be a command the agent ran). The question shows what runs (secrets
+    masked), the files the approval covers and, from ``verdict``, what changed."""
+    from agent_code.mcp.config import printable
+
     pair = terminal(stdin, stdout)
     if pair is None:
         return None
     stdin, out = pair
 
-    def ask(config: ServerConfig) -> bool:
-        print(f"The project's {config.source} names the MCP server '{config.name}':\n  {config.describe()}",
-              file=out)
+    def ask(config: ServerConfig, verdict: Optional[Verdict] = None) -> bool:
+        print(f"The project's {config.source} names the MCP server '{printable(config.name)}':\n"
+              f"  {config.describe()}", file=out)
         if config.env:
-            print(f"  with environment variables {', '.join(k for k, _ in config.env)}", file=out)
+            print(f"  with environment variables {printable(', '.join(k for k, _ in config.env))}", file=out)
+        if verdict is not None:
+            files = verdict.footprint.files()
+            if files:
+                print(f"  it runs {printable(', '.join(files[:10]))}" + (f" and {len(files) - 10} more" if len(files) > 10
+                                                               else ""), file=out)
+            if verdict.why():
+                print(f"  {printable(verdict.why() or '')}", file=out)
+            for why in verdict.footprint.unpinned:
+                print(f"  {why}: an approval lasts this start only", file=out)
         print("A server is a program that runs as you, and the project (or a session of the agent) wrote "
               "this entry: approve only one you know.", file=out, flush=True)
-        return yes_no(stdin, out, f"start MCP server '{config.name}' (now and in later sessions)?")
+        return yes_no(stdin, out, f"start MCP server '{printable(config.name)}' (now and in later sessions)?")
 
     return ask
 

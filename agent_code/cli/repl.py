@@ -312,7 +312,7 @@ class Repl:
     def approve_server(self, name: str) -> None:
         from agent_code.agent.settings import user_dir
         from agent_code.cli.mcp import add_tools, mcp_question
-        from agent_code.mcp import APPROVALS_FILE, CONNECTED, ApprovalStore
+        from agent_code.mcp import APPROVALS_FILE, CONNECTED, ApprovalStore, guard
 
         state = self.mcp.servers.get(name) if self.mcp is not None else None
         if self.mcp is None or state is None or state.config.scope != "project":
@@ -325,16 +325,18 @@ class Repl:
         if ask is None:
             self.say("/mcp approve needs a terminal: it asks you, and piped input may be a command the agent ran")
             return
-        approved = ask(state.config)
-        try:
-            ApprovalStore(user_dir() / APPROVALS_FILE).record(self.agent.ctx.root, state.config,
-                                                              "approved" if approved else "declined")
+        store = ApprovalStore(user_dir() / APPROVALS_FILE)
+        verdict = store.check(self.agent.ctx.root, state.config)
+        approved = ask(state.config, verdict)
+        try:   # what was shown is what is recorded, and what the spawn is checked against
+            store.record(self.agent.ctx.root, state.config, "approved" if approved else "declined",
+                         verdict.footprint)
         except OSError as exc:
             self.say(f"(your answer could not be saved: {exc.strerror or exc})")
         if not approved:
             self.say(f"{name}: not approved")
             return
-        self.mcp.start([state.config])
+        self.mcp.start([state.config], guards={name: guard(state.config, self.mcp.root, verdict.footprint)})
         add_tools(self.agent, self.mcp, lambda message: self.say(f"warning: {message}"))
         now = self.mcp.servers[name]
         self.say(f"{name}: {now.status}" + (f" ({len(now.tools)} tools)" if now.status == CONNECTED

@@ -15,7 +15,10 @@ the call runs on the loop and its result (or failure) comes back as a plain valu
 * start-up is bounded by ``MCP_TIMEOUT`` ms (default :data:`DEFAULT_STARTUP_TIMEOUT_S`);
   servers start concurrently, and one that fails is ``failed`` with the reason and the
   last lines of its stderr (a stdio server's stderr goes to a temporary file, not the
-  terminal).
+  terminal);
+* a stdio server may have a *guard* (``start(..., guards=)``): called immediately before its
+  process is spawned, a message from it fails the start instead (a project server whose
+  files changed since the user approved them, ``agent_code.mcp.footprint``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class McpCallError(Exception):
     """A call that did not reach a result: the message is for the model."""
 
 
+class NotStarted(Exception):
+    """A guard refused the spawn: the message says why."""
+
+
 def _env_seconds(name: str, default: float) -> float:
     try:
         value = float(os.environ.get(name, "")) / 1000
@@ -65,6 +72,8 @@ def describe_error(exc: BaseException) -> str:
         exc = next((e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)), exc.exceptions[0])
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
+    if isinstance(exc, NotStarted):
+        return text
     if name == "MCPError":
         return text or "an MCP error"
     return f"{name}: {text}" if text else name
@@ -113,6 +122,7 @@ class McpManager:
         self.call_timeout = call_timeout or _env_seconds("MCP_TOOL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S)
         self.client_name, self.client_version = client_name, client_version
         self.servers: dict[str, ServerState] = {}
+        self.guards: dict[str, Callable[[], str | None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -145,8 +155,13 @@ class McpManager:
         state = self.servers[config.name] = ServerState(config, status, error)
         return state
 
-    def start(self, configs: list[ServerConfig]) -> list[ServerState]:
-        """Start these servers concurrently and wait until each is connected or failed."""
+    def start(self, configs: list[ServerConfig],
+              guards: dict[str, Callable[[], str | None]] | None = None) -> list[ServerState]:
+        """Start these servers concurrently and wait until each is connected or failed;
+        ``guards``: by server name, the check run immediately before its spawn (module doc)."""
+        for config in configs:
+            self.guards.pop(config.name, None)
+        self.guards.update(guards or {})
         states = [self.add(c) for c in configs]
         startable = [s for s in states if s.status == NOT_STARTED]
         if startable:
@@ -190,6 +205,10 @@ class McpManager:
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
 
+        check = self.guards.get(config.name)
+        refused = check() if check is not None else None   # on the loop, with no await before the spawn
+        if refused:   # the last moment before the spawn: what remains is the interpreter's own open
+            raise NotStarted(refused)
         state.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         params = StdioServerParameters(command=config.command, args=list(config.args),
                                        env=dict(config.env) or None, cwd=str(self.root))

@@ -21,6 +21,15 @@ tool call of that server. Other keys are ignored; an entry that cannot be used (
 or url, the deprecated ``sse`` transport, an unset variable) is listed with its reason and
 not started — it never stops the session.
 
+What a person is shown (:meth:`ServerConfig.describe`: the approval question, ``agent-code mcp
+list``, ``/mcp``) never holds a secret: a header's value is shown as written with each
+``${VAR}`` filled in masked and named (``Authorization: Bearer ****…abcd (from
+${TRACKER_TOKEN})``), and a header whose name says it carries a credential (``Authorization``,
+``Cookie``, ``*Key*``, ``*Token*``, ``*Secret*``…) has its written value masked too (all but a
+leading scheme word such as ``Bearer``); in the URL and the arguments a variable whose name
+says so (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASS*``…), or one in the URL's query, is
+masked the same way; ``env`` values are not shown at all (their names are).
+
 A later place wins for a name given twice (cli over user over project). Whether a server
 *starts* is not decided here (see ``agent_code.mcp``: project servers need the user's
 approval).
@@ -34,11 +43,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 PROJECT_FILE = ".mcp.json"
 Scope = Literal["project", "user", "cli"]
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SECRET = re.compile(r"auth|token|key|secret|pass|pwd|cookie|session|credential|signature|bearer|private",
+                     re.IGNORECASE)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,15}) +(?=\S)")
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
 
 
@@ -69,16 +81,91 @@ class ServerConfig:
         return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def describe(self) -> str:
-        """One line: what would run, for a person deciding whether to approve it."""
+        """One line: what would run, for a person deciding whether to approve it (secrets
+        masked: the module doc; control and format characters — a newline, an escape
+        sequence that would redraw the terminal, a bidi override — shown as escapes)."""
+        return printable(self._describe())
+
+    def _describe(self) -> str:
         if self.transport == "http":
-            return f"http {self.url}"
+            url = _shown(self.entry.get("url"), self.url, lambda name, before: bool(_SECRET.search(name))
+                         or "?" in before or "#" in before)
+            if not self.headers:
+                return f"http {url}"
+            headers = self.entry.get("headers")
+            written: dict[str, Any] = headers if isinstance(headers, dict) else {}
+            return f"http {url}  headers: " + "; ".join(
+                f"{k}: {_header_shown(k, written.get(k), v)}" for k, v in self.headers)
         if self.transport == "stdio":
             import shlex
 
-            words = " ".join(shlex.quote(w) for w in (self.command, *self.args))
+            given = self.entry.get("args")
+            written_args: list[Any] = given if isinstance(given, list) else []
+            args = []
+            for i, arg in enumerate(self.args):   # ${X} of a secret's name, after --token, in --api-key=${X}
+                flag = i > 0 and self.args[i - 1].startswith("-") and bool(_SECRET.search(self.args[i - 1]))
+
+                def secret(name: str, before: str, flag: bool = flag) -> bool:
+                    return flag or bool(_SECRET.search(name + " " + before))
+
+                args.append(_shown(written_args[i] if i < len(written_args) else None, arg, secret))
+            words = " ".join(shlex.quote(w) for w in (self.command, *args))
             env = " ".join(f"{k}=…" for k, _ in self.env)
             return f"stdio: {env + ' ' if env else ''}{words}"
         return f"unusable: {self.problem}"
+
+
+def printable(text: str) -> str:
+    """``text`` with its control and format characters written as ``\\n``/``\\xNN``/``\\uNNNN``:
+    what a terminal shows is what the text says."""
+    import unicodedata
+
+    def escape(ch: str) -> str:
+        if ch == "\n":
+            return "\\n"
+        return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+    return "".join(escape(ch) if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text)
+
+
+def mask(secret: str) -> str:
+    """A secret as a person may see it: ``****``, and its last 4 characters when it is long
+    enough (16 or more) for them to say which one it is without giving it away."""
+    return "****…" + secret[-4:] if len(secret) >= 16 else "****"
+
+
+def _shown(written: object, value: str, secret: Callable[[str, str], bool], everything: bool = False) -> str:
+    """``value`` for a person: the written form with each ``${VAR}`` filled in — masked and
+    named when ``secret(name, written text before it)`` or ``everything``; the value itself
+    when the written form is unknown (masked if ``everything``)."""
+    if not isinstance(written, str):
+        return mask(value) if everything else value
+    names: list[str] = []
+
+    def fill(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        filled = os.environ.get(name, default if default is not None else "")
+        if everything or secret(name, written[:m.start()]):
+            names.append(f"${{{name}}}")
+            return mask(filled)
+        return filled
+
+    shown = _VAR.sub(fill, written)
+    return shown + (f" (from {', '.join(names)})" if names else "")
+
+
+def _header_shown(name: str, written: object, value: str) -> str:
+    if isinstance(written, str) and _VAR.search(written):
+        if not _SECRET.search(name):
+            return _shown(written, value, lambda _n, _a: True)
+        scheme = _SCHEME.match(written)
+        head = scheme.group(0) if scheme and not _VAR.search(scheme.group(0)) else ""
+        return head + _shown(written[len(head):], value[len(head):], lambda _n, _a: True, everything=True)
+    if not _SECRET.search(name):
+        return value
+    scheme = _SCHEME.match(value)
+    head = scheme.group(0) if scheme else ""
+    return head + mask(value[len(head):])
 
 
 def _expand(value: str, where: str) -> str:
