@@ -14,8 +14,14 @@ id                       refuses
                          ``../*``, ``../..``); any ``rm --no-preserve-root``; ``rm`` of
                          an unquoted expansion (``rm $X`` may split into ``-rf /``)
 ``sync-delete``          ``rsync --delete`` into one of those paths
-``find-delete``          ``find`` starting at one of those paths with ``-delete`` or an
-                         ``-exec`` of ``rm``, ``shred``, ``chmod``, a shell …
+``find-delete``          ``find`` starting at one of those paths (after ``--``, none:
+                         ``.``, judged after a ``cd``; ``-files0-from``: any) with
+                         ``-delete``, or an ``-exec``/``-execdir``/``-ok``/``-okdir`` whose
+                         command, under any wrapper (``env``, ``nice``, ``timeout 5``,
+                         ``sudo``, ``busybox``, ``xargs`` …), removes, rewrites or re-owns
+                         what it is given (``rm``, ``shred``, ``chmod``, ``truncate``, ``cp
+                         … {}``, ``sed -i``), runs code (a shell, an interpreter, ``eval``,
+                         ``$RM``, ``{}`` itself) or is such a ``find``
 ``chmod-protected``      recursive ``chmod``/``chown``/``chgrp``/``chattr``/``setfacl``
                          of one of those paths; any of them on ``/`` or ``/*`` itself
 ``move-protected``       ``mv`` of one of those paths (``mv -t DIR SRC…`` too)
@@ -38,11 +44,18 @@ id                       refuses
                          ``/etc/sudoers(.d)``, ``/etc/fstab``, ``/etc/ld.so.preload``,
                          ``/boot/*``, ``/bin/*``, ``/usr/bin/*`` …; ``userdel``,
                          ``usermod``, ``passwd -d``
-``fork-bomb``            a function that pipes into itself or re-runs itself in the
-                         background (``:(){ :|:& };:``), an endless loop starting
-                         background jobs with no pause
-``download-to-shell``    ``curl``/``wget`` output piped into a shell or interpreter, or
-                         run by one through ``$(…)``/``<(…)``
+``fork-bomb``            a cycle in the call graph of the functions and aliases the line
+                         defines (at any depth, ``eval`` and ``bash -c`` text included;
+                         ``$FUNCNAME`` is the function) with a call in it that runs beside
+                         its caller — a pipeline stage, ``&``, ``coproc``, ``<(…)``
+                         (``:(){ :|:& };:``, ``a(){ b|b& }; b(){ a|a& }; a``); an endless
+                         loop starting background jobs with no pause
+``download-to-shell``    a network fetcher's output (``curl``, ``wget``, ``nc``, ``socat``,
+                         ``/dev/tcp`` …) piped, through any stages, into one that runs what
+                         it reads as code: a shell or interpreter reading stdin, code only
+                         known when it runs (``xargs … bash -c``, ``xargs -I{} sh -c {}``,
+                         ``sh -c "$(cat)"``, ``eval "$l"``, ``parallel``), a function of the
+                         line that does; or run by one through ``$(…)``/``<(…)``
 ``too-deep``             a command line nested deeper than the analysis follows (more
                          than ``MAX_DEPTH`` levels of ``bash -c``/``$(…)``): what it
                          hides cannot be checked
