@@ -44,6 +44,7 @@ from typing import Final, Sequence
 from agent_code.policy.evaluated import flat_text, read_values
 from agent_code.policy.runners import STARTUP_NAMES, runs_given_command
 from agent_code.policy.shell_syntax import (ASSIGNMENT, UNKNOWN, UNKNOWN_QUOTED, Compound, Script, Simple, Stage,
+                                           calls_of,
                                            Word, escape, parse)
 
 MAX_DEPTH: Final = 8
@@ -90,7 +91,7 @@ WRAPPERS: Final[dict[str, Wrapper]] = {
     "exec": _w("-a"),
     "xargs": _w("-a --arg-file -d --delimiter -E --eof -I --replace -L --max-lines -n --max-args -P "
                 "--max-procs -s --max-chars --process-slot-var"),
-    "busybox": _w(),
+    "busybox": _w(), "toybox": _w(),
     "unbuffer": _w(),
     "chrt": _w(skip=1),
     "taskset": _w(skip=1),
@@ -202,6 +203,9 @@ class Command:
 _set_fields: Final = object.__setattr__  # a frozen instance's whole __dict__ at once
 
 
+Span = tuple[int, int, int, int]
+
+
 @dataclass
 class Analysis:
     """Everything a command line would run; see :func:`analyze`."""
@@ -218,6 +222,14 @@ class Analysis:
     # PATH), or one whose name is only known when it runs (evaluated.read_values)
     binds_environment: bool = False
     flat: str = ""  # the text after quote removal (evaluated.flat_text), as the patterns read it
+    # the call graph of the functions (and aliases) the line defines: (caller, callee, whether
+    # the call runs beside its caller); see forks_in_a_cycle
+    calls: list[tuple[str, str, bool]] = field(default_factory=list)
+    # each pipeline of several stages, as what each stage runs: per stage the span of
+    # ``commands`` and of ``unknown`` it added, (first command, end, first unknown, end)
+    stage_spans: list[tuple[Span, ...]] = field(default_factory=list)
+    # the same spans for the body of each function the line defines, by its name
+    function_spans: dict[str, list[Span]] = field(default_factory=dict)
 
 
 def program_name(word: str) -> str:
@@ -414,6 +426,14 @@ def _unwrap(argv: tuple[str, ...]) -> tuple[list[tuple[tuple[str, ...], str, boo
     return chain, argv, scripts, extra
 
 
+def run_by(argv: tuple[str, ...]) -> tuple[tuple[str, ...] | None, bool]:
+    """The command ``argv`` finally runs under its wrappers (``env -i nice -n 5 rm …`` → ``rm …``;
+    None when it runs none), and whether a wrapper on the way runs a script instead (``sh -c``,
+    ``eval``, ``su -c``, ``ssh HOST CMD``, ``alias``, ``trap`` …)."""
+    _, leaf, scripts, _ = _unwrap(argv)
+    return leaf, bool(scripts)
+
+
 _UNWRAPPED: Final = frozenset(WRAPPERS) | SHELLS | {"{", "}", "(", ")", "coproc", "trap", "alias", "script", "env", "eval",
                                            "su", "runuser", "watch", "find", "ssh"}
 SSH_VALUE_OPTIONS: Final = frozenset("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B".split())
@@ -441,8 +461,11 @@ def _walk_script(script: Script, depth: int, out: Analysis) -> None:
     out.fork_bomb |= script.fork_bomb
     if script.errors:
         out.errors.extend(script.errors)
+    names = None
     if script.functions:
         out.functions.update(script.functions)
+        names = iter(script.functions)  # (the function stages below define them, in this order)
+        out.calls.extend(script.calls)
     for sub in script.substitutions:
         _walk_script(sub, depth + 1, out)
     pipelines = out.pipelines
@@ -452,9 +475,16 @@ def _walk_script(script: Script, depth: int, out: Analysis) -> None:
             continue
         leaves: list[Command | None] = []
         previous: tuple[Stage, Command | None] | None = None  # the stage before and its leaf
+        spans: list[Span] = []
         for stage in pipeline:
+            start, unknown_start = len(out.commands), len(out.unknown)
             if isinstance(stage, Compound):
                 _walk_script(stage.body, depth, out)
+                if stage.kind == "function" and names is not None:
+                    name = next(names, None)
+                    if name:
+                        out.function_spans.setdefault(name, []).append(
+                            (start, len(out.commands), unknown_start, len(out.unknown)))
                 if stage.redirects:
                     redirects = tuple((op, target.text) for op, target in stage.redirects)
                     out.commands.append(Command((), redirects))
@@ -470,7 +500,10 @@ def _walk_script(script: Script, depth: int, out: Analysis) -> None:
                 leaf = _simple(stage, previous, depth, out)
             leaves.append(leaf)
             previous = (stage, leaf)
+            spans.append((start, len(out.commands), unknown_start, len(out.unknown)))
         pipelines.append(tuple(leaves))
+        if len(spans) > 1:
+            out.stage_spans.append(tuple(spans))
 
 
 def own_argv(commands: list[Command], index: int) -> tuple[str, ...]:
@@ -540,7 +573,7 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
         leaf = _expand_argv(argv, redirects, sub_programs, depth, out, patterns, previous)
     if leaf is None and not words and redirects:
         out.commands.append(Command((), redirects))
-    if leaf is not None and leaf.program in STDIN_SCRIPT_READERS and _reads_script_from_stdin(leaf):
+    if leaf is not None and leaf.program in STDIN_SCRIPT_READERS and reads_script_from_stdin(leaf):
         # a shell reading its script from stdin: here-strings, here-documents, echo |
         fed_by_redirect = False
         for op, target in stage.redirects:
@@ -557,7 +590,9 @@ def _simple(stage: Simple, previous: tuple[Stage, Command | None] | None, depth:
     return leaf
 
 
-def _reads_script_from_stdin(leaf: Command) -> bool:
+def reads_script_from_stdin(leaf: Command) -> bool:
+    """Whether ``leaf`` runs the text on its stdin as a script: a shell with no script (``bash``,
+    ``sh -s``, ``bash /dev/stdin``), ``source /dev/stdin``, ``at``/``batch``, ``crontab -``."""
     if leaf.program in SHELLS:
         return shell_script(leaf.argv)[1]
     if leaf.program in ("source", "."):
@@ -650,6 +685,59 @@ def _xargs_input(previous: tuple[Stage, Command | None] | None) -> str:
     return UNKNOWN
 
 
+_FEEDERS: Final = frozenset({"xargs", "parallel"})
+# GNU parallel's replacement strings ({}, {.}, {/}, {//}, {/.}, {#}, {%}, {1} …) as patterns
+_PARALLEL_REPLACEMENTS: Final = re.compile(r"\\\{[./#%0-9]*\\\}")
+
+
+def _replace_string(wrapper: tuple[str, ...]) -> str | None:
+    """xargs's replace-string (``-I R``, ``-IR``, ``-i``/``-iR``, ``--replace[=R]``) or None."""
+    found = None
+    k = 1
+    while k < len(wrapper):
+        word = wrapper[k]
+        k += 1
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            if name == "--replace":
+                found = value if eq else "{}"
+            elif not eq and name in WRAPPERS["xargs"].value_options:
+                k += 1  # its value
+            continue
+        for j, letter in enumerate(word[1:], start=1):
+            if letter == "i":
+                found = word[j + 1:] or "{}"
+                break
+            if letter in "IadELlnPs":  # options that take a value: the rest of the word, or the next
+                value = word[j + 1:]
+                if not value and k < len(wrapper):
+                    value = wrapper[k]
+                    k += 1
+                if letter == "I":
+                    found = value
+                break
+    return found or None
+
+
+def _fed(shape: tuple[str, ...], wrapper: tuple[str, ...], name: str, given: str) -> tuple[str, ...]:
+    """The patterns of the command ``xargs`` or ``parallel`` runs, given their input (the
+    pattern ``given``): put where a replace-string stands (``xargs -I{} sh -c {}``,
+    ``parallel rm {}``), else after the command's own words."""
+    if name == "parallel":
+        if any(w in (":::", "::::", ":::+", "::::+") for w in wrapper):
+            return shape  # (its arguments are on the line, not read from the input)
+        if any(_PARALLEL_REPLACEMENTS.search(p) for p in shape):
+            return tuple(_PARALLEL_REPLACEMENTS.sub(lambda _: given, p) for p in shape)
+    else:
+        replace = _replace_string(wrapper)
+        if replace is not None:
+            pattern = escape(replace)
+            return tuple(p.replace(pattern, given) for p in shape)
+    return (*shape, *given.split(" "))
+
+
 def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], sub_programs: frozenset[str],
                  depth: int, out: Analysis, patterns: tuple[str, ...] = (),
                  previous: tuple[Stage, Command | None] | None = None) -> Command | None:
@@ -669,9 +757,13 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
         chain, leaf, scripts, extra, shape = (), argv, (), (), patterns
     else:
         chain, leaf, scripts, extra = _unwrap(argv)
+        fed_by = None  # (the xargs or parallel above: what it runs is given its input)
         for wrapped, name, privileged in chain:
+            fed = _fed(tuple(escape(a) for a in wrapped), *fed_by, _xargs_input(previous)) if fed_by else ()
             out.commands.append(Command(wrapped, redirects, wrapper=name, privileged=privileged,
-                                        sub_programs=sub_programs))
+                                        sub_programs=sub_programs, patterns=fed))
+            if name in _FEEDERS and fed_by is None:
+                fed_by = (wrapped, name)
         if leaf:
             program = program_name(leaf[0])
             if leaf is argv:
@@ -679,8 +771,14 @@ def _expand_argv(argv: tuple[str, ...], redirects: tuple[tuple[str, str], ...], 
             else:
                 suffix = len(patterns) == len(argv) and tuple(argv[len(argv) - len(leaf):]) == tuple(leaf)
                 shape = patterns[len(argv) - len(leaf):] if suffix else ()
-            if chain and any(name == "xargs" for _, name, _ in chain):
-                shape = (*(shape or tuple(escape(a) for a in leaf)), *_xargs_input(previous).split(" "))
+            feeder = next(((wrapped, name) for wrapped, name, _ in chain if name in _FEEDERS), None) if chain else None
+            if feeder is not None:
+                shape = _fed(shape or tuple(escape(a) for a in leaf), *feeder, _xargs_input(previous))
+    if chain and chain[-1][1] == "alias":  # an alias is a node of the call graph too
+        for word in chain[-1][0][1:]:
+            alias, eq, value = word.partition("=")
+            if eq and alias:
+                out.calls.extend((alias, called, beside) for called, beside in calls_of(value, alias))
     command = None
     if leaf:
         command = Command(leaf, redirects, None, False, sub_programs, shape, program)
@@ -757,6 +855,35 @@ def _runs_or_rebinds(commands: list[Command], text: str) -> str | None:
     return None
 
 
+def forks_in_a_cycle(calls: Sequence[tuple[str, str, bool]]) -> bool:
+    """Whether the call graph ``calls`` (caller, callee, beside) has a cycle with a call that
+    runs beside its caller in it: each time round the cycle a process starts beside the one
+    before and the recursion never waits for it (``:(){ :|:& }``, ``a(){ b|b& }; b(){ a|a& }``,
+    ``f(){ g & }; g(){ f; }``) — a fork bomb, whether each level starts one process or two. A
+    recursion whose calls all run in turn (``f(){ … f "$((n-1))"; }``, ``$(f)``) is not one.
+    Whether a cycle ends (a guard on an argument) is not judged: a forking cycle is refused."""
+    graph: dict[str, set[str]] = {}
+    for caller, callee, _ in calls:
+        graph.setdefault(caller, set()).add(callee)
+    for caller, callee, beside in calls:
+        if beside and _reaches(graph, callee, caller):
+            return True
+    return False
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = {start}, [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        for nxt in graph.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
 def analyze(text: str) -> Analysis:
     """Every command ``text`` would run, in order, at every depth (see the module doc).
     Text nested too deeply to follow (past :data:`MAX_DEPTH`, or deeper than Python's
@@ -774,6 +901,8 @@ def analyze(text: str) -> Analysis:
         rebinding = _runs_or_rebinds(out.commands, text)
         if rebinding is not None:
             out.unknown.append(rebinding)
+        if out.calls and not out.fork_bomb:
+            out.fork_bomb = forks_in_a_cycle(out.calls)
     except RecursionError:
         out.opaque = True
     except Exception as error:  # noqa: BLE001 - a line the analysis fails on is one it cannot judge

@@ -14,8 +14,14 @@ id                       refuses
                          ``../*``, ``../..``); any ``rm --no-preserve-root``; ``rm`` of
                          an unquoted expansion (``rm $X`` may split into ``-rf /``)
 ``sync-delete``          ``rsync --delete`` into one of those paths
-``find-delete``          ``find`` starting at one of those paths with ``-delete`` or an
-                         ``-exec`` of ``rm``, ``shred``, ``chmod``, a shell …
+``find-delete``          ``find`` starting at one of those paths (after ``--``, none:
+                         ``.``, judged after a ``cd``; ``-files0-from``: any) with
+                         ``-delete``, or an ``-exec``/``-execdir``/``-ok``/``-okdir`` whose
+                         command, under any wrapper (``env``, ``nice``, ``timeout 5``,
+                         ``sudo``, ``busybox``, ``xargs`` …), removes, rewrites or re-owns
+                         what it is given (``rm``, ``shred``, ``chmod``, ``truncate``, ``cp
+                         … {}``, ``sed -i``), runs code (a shell, an interpreter, ``eval``,
+                         ``$RM``, ``{}`` itself) or is such a ``find``
 ``chmod-protected``      recursive ``chmod``/``chown``/``chgrp``/``chattr``/``setfacl``
                          of one of those paths; any of them on ``/`` or ``/*`` itself
 ``move-protected``       ``mv`` of one of those paths (``mv -t DIR SRC…`` too)
@@ -38,11 +44,18 @@ id                       refuses
                          ``/etc/sudoers(.d)``, ``/etc/fstab``, ``/etc/ld.so.preload``,
                          ``/boot/*``, ``/bin/*``, ``/usr/bin/*`` …; ``userdel``,
                          ``usermod``, ``passwd -d``
-``fork-bomb``            a function that pipes into itself or re-runs itself in the
-                         background (``:(){ :|:& };:``), an endless loop starting
-                         background jobs with no pause
-``download-to-shell``    ``curl``/``wget`` output piped into a shell or interpreter, or
-                         run by one through ``$(…)``/``<(…)``
+``fork-bomb``            a cycle in the call graph of the functions and aliases the line
+                         defines (at any depth, ``eval`` and ``bash -c`` text included;
+                         ``$FUNCNAME`` is the function) with a call in it that runs beside
+                         its caller — a pipeline stage, ``&``, ``coproc``, ``<(…)``
+                         (``:(){ :|:& };:``, ``a(){ b|b& }; b(){ a|a& }; a``); an endless
+                         loop starting background jobs with no pause
+``download-to-shell``    a network fetcher's output (``curl``, ``wget``, ``nc``, ``socat``,
+                         ``/dev/tcp`` …) piped, through any stages, into one that runs what
+                         it reads as code: a shell or interpreter reading stdin, code only
+                         known when it runs (``xargs … bash -c``, ``xargs -I{} sh -c {}``,
+                         ``sh -c "$(cat)"``, ``eval "$l"``, ``parallel``), a function of the
+                         line that does; or run by one through ``$(…)``/``<(…)``
 ``too-deep``             a command line nested deeper than the analysis follows (more
                          than ``MAX_DEPTH`` levels of ``bash -c``/``$(…)``): what it
                          hides cannot be checked
@@ -76,8 +89,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Final, Iterator
 
-from agent_code.policy.commands import (INTERPRETERS, SHELLS, UNKNOWN_DIRECTORY, Analysis, Command, Invocation, normalize,
-                                       normalize_path, program_name, shell_script)
+from agent_code.policy.commands import (INTERPRETERS, SHELLS, UNKNOWN_DIRECTORY, WRAPPERS, Analysis, Command, Invocation,
+                                       _skip_options, normalize, normalize_path, program_name, reads_script_from_stdin,
+                                       run_by, shell_script)
 from agent_code.policy.shell_syntax import UNKNOWN, UNKNOWN_QUOTED, WRITE_REDIRECTIONS, escape
 
 SYSTEM_DIRS: Final = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
@@ -86,6 +100,9 @@ SYSTEM_DIRS: Final = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib"
 SAFE_DEVICES: Final = re.compile(r"^/dev/(null|zero|full|random|urandom|stdin|stdout|stderr|tty|ptmx|fd/\d+|pts/.*|"
                           r"shm(/.*)?)$")
 DOWNLOADERS: Final = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https"})
+# programs whose output is what a network peer sent (openssl only as s_client)
+FETCHERS: Final = DOWNLOADERS | frozenset({"wget2", "curlie", "xh", "xhs", "httpie", "nc", "ncat", "netcat", "socat",
+                                           "telnet", "lynx", "links", "elinks", "w3m", "ftp", "tftp", "openssl"})
 FORMATTERS: Final = re.compile(r"^(mkfs(\..+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs|mkfs_msdos|newfs(_.+)?|mkexfatfs|"
                         r"mkfs\.\w+|blkdiscard|badblocks)$")
 # partition and volume tools, and the sub-commands of theirs that destroy data
@@ -502,23 +519,96 @@ def _sync_delete(c: Command, inv: Words, home: str | None) -> str | None:
 
 
 def _find_delete(c: Command, inv: Words, home: str | None) -> str | None:
+    """``find`` starting at a protected path with ``-delete``, or an ``-exec``/``-execdir``/
+    ``-ok``/``-okdir`` whose command, under whatever wraps it, may change the files it is
+    given (:func:`_exec_changes`): it does so to every file of the tree."""
     if inv.program != "find":
         return None
-    destructive = {"rm", "shred", "unlink", "rmdir", "chmod", "chown", "chgrp", "truncate", "mv", "dd", "srm"}
-    runs = any(word in ("-exec", "-execdir", "-ok", "-okdir") and program_name(nxt) in destructive | SHELLS
-               for word, nxt in zip(c.argv, c.argv[1:]))
-    if inv.has_flag("-delete") or runs:
-        starts = []
-        for word, shape in zip(c.argv[1:], _patterns(c)[1:]):
-            if word in ("-H", "-L", "-P") or _OPTIMIZE_FLAG.fullmatch(word) or word == "-D":
-                continue
-            if word.startswith("-") or word in ("(", "!"):
-                break
-            starts.append((word, shape))
-        for word, shape in starts:
-            if possibly_protected(shape, home):
-                return f"find deleting or changing everything under {word}" + _may(shape)
+    if not ("-delete" in c.argv or any(_exec_changes(argv, shape) for argv, shape in _exec_clauses(c))):
+        return None
+    for word, shape in _find_starts(c):
+        if possibly_protected(shape, home):
+            return f"find deleting or changing everything under {word}" + _may(shape)
     return None
+
+
+def _find_starts(c: Command) -> list[tuple[str, str]]:
+    """find's starting points as (word, pattern): the words before its first expression
+    (after -H/-L/-P, -D …, -O… and a ``--``); ``.`` when there is none; anything when
+    ``-files0-from`` reads them from a file."""
+    starts: list[tuple[str, str]] = []
+    for word, shape in zip(c.argv[1:], _patterns(c)[1:]):
+        if word in ("-H", "-L", "-P", "-D", "--") or _OPTIMIZE_FLAG.fullmatch(word):
+            continue
+        if word.startswith("-") or word in ("(", "!"):
+            break
+        starts.append((word, shape))
+    if "-files0-from" in c.argv:
+        starts.append(("(the paths -files0-from reads)", UNKNOWN))
+    return starts or [(".", ".")]
+
+
+def _exec_clauses(c: Command) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The commands of find's ``-exec``/``-execdir``/``-ok``/``-okdir`` (up to ``;`` or ``+``),
+    as words and patterns."""
+    argv, shapes = c.argv, _patterns(c)
+    out = []
+    k = 1
+    while k < len(argv):
+        if argv[k] in _EXEC_ACTIONS:
+            end = k + 1
+            while end < len(argv) and argv[end] not in (";", "+"):
+                end += 1
+            if end > k + 1:
+                out.append((argv[k + 1:end], shapes[k + 1:end]))
+            k = end
+        k += 1
+    return out
+
+
+_EXEC_ACTIONS: Final = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def _exec_changes(argv: tuple[str, ...], shapes: tuple[str, ...]) -> bool:
+    """Whether a command find runs on each file (``{}``) may remove, rewrite or re-own it, or
+    run anything at all: judged on the command under its wrappers (``env``, ``nice``,
+    ``timeout 5``, ``sudo``, ``busybox``, ``xargs`` …, as :func:`commands.run_by` peels them).
+    It may when it runs a script (``sh -c``, ``eval``, ``su -c``, ``ssh``), names its program
+    by an expansion (``$RM``) or runs the found file itself (``{}``), is an interpreter, one of
+    the programs that remove or change the files they are given, a find that does, or copies,
+    links, installs or writes over ``{}`` (``cp /dev/null {}``, ``dd of={}``, ``sed -i``)."""
+    leaf, runs_script = run_by(argv)
+    if runs_script:
+        return True
+    if not leaf:
+        return False
+    shape = shapes[len(argv) - len(leaf):] if len(shapes) == len(argv) and argv[len(argv) - len(leaf):] == leaf \
+        else tuple(escape(a) for a in leaf)
+    program = program_name(leaf[0])
+    if UNKNOWN in shape[0] or UNKNOWN_QUOTED in shape[0] or "{}" in leaf[0]:
+        return True
+    if program in _CHANGES_ITS_FILES or program in INTERPRETERS or _PYTHON.fullmatch(program) \
+            or program in _RUNS_CODE:
+        return True
+    if program == "find":
+        return "-delete" in leaf or any(_exec_changes(*clause) for clause in
+                                                        _exec_clauses(Command(leaf, patterns=shape)))
+    operands = [w for w in leaf[1:] if not w.startswith("-")]
+    if program in ("tee", "sponge") and any("{}" in w for w in operands):
+        return True
+    if program in ("cp", "ln", "install", "rsync", "patch") and any("{}" in w for w in operands[1:]):
+        return True  # (``{}`` as the destination: written over)
+    if program in ("dd", "dcfldd", "ddrescue") and any(w.startswith("of=") and "{}" in w for w in leaf):
+        return True
+    return program in ("sed", "gsed") and any(w.startswith("-i") or w.startswith("--in-place") or
+                                             (w.startswith("-") and not w.startswith("--") and "i" in w)
+                                             for w in leaf[1:])
+
+
+_CHANGES_ITS_FILES: Final = frozenset({"rm", "rimraf", "shred", "unlink", "rmdir", "srm", "wipe", "chmod", "chown",
+                                       "chgrp", "chattr", "setfacl", "chcon", "truncate", "mv", "fallocate"})
+_RUNS_CODE: Final = frozenset({"awk", "gawk", "mawk", "nawk", "busybox", "toybox", "xargs", "parallel", "lua",
+                               "tclsh", "Rscript", "deno", "bun", "pwsh", "osascript"})
 
 
 _OPTIMIZE_FLAG: Final = re.compile(r"-O\d")
@@ -848,21 +938,109 @@ _PYTHON: Final = re.compile(r"python\d(\.\d+)?")
 
 
 def _download_to_shell(analysis: Analysis) -> Hit | None:
-    for stages in analysis.pipelines:
-        if len(stages) < 2:  # (most) nothing to pipe into: the loop below would find nothing
-            continue
-        seen_download = False
-        for stage in stages:
-            if stage is None:
-                continue
-            if seen_download and _reads_stdin_script(stage):
-                return Hit("download-to-shell", "running a downloaded script", analysis.text)
-            seen_download |= stage.program in DOWNLOADERS
+    """Downloaded text reaching code: in a pipeline, a stage that fetches from the network
+    (:func:`_fetches`) and a later one, through any stages between (``tee``, ``cat``,
+    ``base64 -d``), that runs what it reads as code (:func:`_runs_its_input`); or a
+    shell, interpreter, ``eval`` or ``source`` running a fetcher's output through ``$(…)`` or
+    ``<(…)``."""
+    for spans in analysis.stage_spans:
+        fetched = False
+        for span in spans:
+            if fetched and _runs_its_input(analysis, span, set()):
+                return Hit("download-to-shell", "running downloaded text as code", analysis.text)
+            fetched = fetched or _fetches(analysis, span)
     for c in analysis.commands:
         if c.sub_programs and (c.program in INTERPRETERS or c.program in ("eval", "source", ".")) \
-                and c.sub_programs & DOWNLOADERS:
+                and c.sub_programs & FETCHERS:
             return Hit("download-to-shell", "running a downloaded script", _shown(c))
     return None
+
+
+def _fetches(analysis: Analysis, span: tuple[int, int, int, int]) -> bool:
+    """Whether a pipeline stage (its span of commands) may write what it fetched from the
+    network: a fetcher in it (in a ``$(…)`` of it too), or a read from ``/dev/tcp``/``/dev/udp``."""
+    for c in analysis.commands[span[0]:span[1]]:
+        if c.program in FETCHERS and (c.program != "openssl" or "s_client" in c.argv):
+            return True
+        if any(op in ("<", "<>") and target.startswith(("/dev/tcp/", "/dev/udp/")) for op, target in c.redirects):
+            return True
+    return False
+
+
+def _runs_its_input(analysis: Analysis, span: tuple[int, int, int, int], called: set[str]) -> bool:
+    """Whether a pipeline stage may run what it reads as code: a command in it (or in a
+    function of the line it calls) that runs its stdin as a script (``sh``, ``python3 -``,
+    ``source /dev/stdin``, ``at now``); whose code is only known when it runs (``sh -c
+    "$(cat)"``, ``perl -e "$x"``, the input of ``xargs … bash -c`` or ``xargs -I{} sh -c {}``,
+    ``bash <(cat)``, ``$line``, ``parallel`` without a command); or anything the analysis
+    could not judge in it (``eval "$l"``)."""
+    if span[3] > span[2]:
+        return True
+    for c in analysis.commands[span[0]:span[1]]:
+        if not c.argv:
+            continue
+        if (reads_script_from_stdin(c) or _reads_stdin_script(c)) and not any(op in _OWN_INPUT for op, _ in c.redirects):
+            return True
+        if any(UNKNOWN in p or UNKNOWN_QUOTED in p for p in _code_patterns(c)):
+            return True
+        if c.program == "parallel" and not any(w in (":::", "::::") for w in c.argv) and \
+                _skip_options(c.argv, WRAPPERS["parallel"].value_options, 0) is None:
+            return True  # (it runs the lines it reads as commands)
+        if c.program in analysis.function_spans and c.program not in called:
+            called.add(c.program)
+            if any(_runs_its_input(analysis, body, called) for body in analysis.function_spans[c.program]):
+                return True
+    return False
+
+
+_OWN_INPUT: Final = frozenset({"<", "<<", "<<-", "<<<", "<&"})
+_CODE_FLAG: Final = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--exec|-p|--print")
+_AWKS: Final = frozenset({"awk", "gawk", "mawk", "nawk"})
+_OTHER_INTERPRETERS: Final = frozenset({"lua", "luajit", "tclsh", "Rscript", "deno", "bun", "pwsh", "osascript", "jshell",
+                                        "irb", "php", "node", "nodejs", "ruby", "perl"})
+
+
+def _code_patterns(c: Command) -> list[str]:
+    """The patterns of the words ``c`` runs as code: the program's name; a shell's or an
+    interpreter's options and its ``-c``/``-e`` script or script file (not the arguments after
+    it); ``eval``'s words; what ``source`` reads; awk's program."""
+    shape = _patterns(c)
+    out = [shape[0]]
+    program = c.program
+    if program in ("eval",):
+        return [*out, *shape[1:]]
+    if program in ("source", "."):
+        return [*out, *shape[1:2]]
+    if not (program in SHELLS or program in _OTHER_INTERPRETERS or program in INTERPRETERS or program in _AWKS
+            or _PYTHON.fullmatch(program)):
+        return out
+    argv = c.argv + shape[len(c.argv):]  # (what xargs or parallel append is patterns only)
+    k = 1
+    while k < len(argv):
+        word = argv[k]
+        if word == "--":
+            k += 1
+            break
+        if not word.startswith(("-", "+")) or word in ("-", "+"):
+            break
+        out.append(shape[k])  # (an option spelled by an expansion may be -c and its code)
+        if program in _AWKS and word in ("-f", "--file"):
+            return out  # (the program is a file it names)
+        if (_CODE_FLAG.fullmatch(word) and not (_PYTHON.fullmatch(program) or program in SHELLS)) or \
+                ((_PYTHON.fullmatch(program) or program in SHELLS) and not word.startswith("--") and "c" in word[1:]):
+            if k + 1 < len(argv):
+                out.append(shape[k + 1])
+            if _PYTHON.fullmatch(program) or program in SHELLS:
+                return out  # (the rest are its arguments)
+            k += 2
+            continue
+        if program in SHELLS and word in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            k += 2
+            continue
+        k += 1
+    if k < len(argv):
+        out.append(shape[k])  # the script file (or awk's program)
+    return out
 
 
 def _checks_for(program: str, writes: bool) -> tuple[tuple[str, CommandCheck], ...]:
@@ -1037,6 +1215,10 @@ _UNKNOWN_STARTS: Final = (UNKNOWN, UNKNOWN_QUOTED)
 
 def _rebased(c: Command, base: str) -> Command | None:
     """``c`` with its relative operands put under ``base``."""
+    if c.program == "find" and _find_starts(c) == [(".", ".")] and "." not in c.argv:
+        # (find without a starting point starts at "."; spelled out, it is rebased like any)
+        c = Command((c.argv[0], ".", *c.argv[1:]), c.redirects, c.wrapper, c.privileged, c.sub_programs,
+                    (_patterns(c)[0], ".", *_patterns(c)[1:]))
     shapes = list(_patterns(c))
     under = base.rstrip("/") + "/"
     changed = False

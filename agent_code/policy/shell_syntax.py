@@ -112,12 +112,16 @@ class Script:
     substitutions: tuple["Script", ...] = ()  # in words that are not part of a simple command's argv
     functions: tuple[str, ...] = ()           # names of the functions it defines
     errors: tuple[str, ...] = ()              # syntax errors (tree-sitter ERROR / MISSING nodes)
+    # the calls made in the bodies of the functions it defines: (function, name called, whether
+    # the call runs beside its caller — a pipeline stage, ``&``, ``coproc``, ``<(…)``); the
+    # analysis joins them into one call graph (commands.forks_in_a_cycle)
+    calls: tuple[tuple[str, str, bool], ...] = ()
 
     def __init__(self, pipelines: tuple[tuple[Stage, ...], ...] = (), fork_bomb: bool = False,
                  substitutions: tuple["Script", ...] = (), functions: tuple[str, ...] = (),
-                 errors: tuple[str, ...] = ()) -> None:
+                 errors: tuple[str, ...] = (), calls: tuple[tuple[str, str, bool], ...] = ()) -> None:
         self.__dict__.update(pipelines=pipelines, fork_bomb=fork_bomb, substitutions=substitutions,
-                             functions=functions, errors=errors)  # frozen, without a setattr per field
+                             functions=functions, errors=errors, calls=calls)  # frozen, without a setattr per field
 
 
 _SPECIAL_RE: Final = re.compile(r"([*?\[\]{},~\\])")
@@ -219,6 +223,13 @@ MAX_NESTING: Final = 150
 _HIDDEN_SUBSTITUTION: Final = re.compile(r"\$\(|`|[<>]\(")
 _INFINITE: Final = frozenset({"true", ":", "[ 1 ]", "((1))", "[[ 1 ]]"})
 _PACING: Final = frozenset({"sleep", "wait", "break", "exit", "return", "read"})
+# what may stand before the name a command calls and still call a shell function (``command``,
+# ``env``, ``exec`` … run a program, not a function)
+_CALL_PREFIXES: Final = frozenset({"time", "coproc", "builtin", "!", "then", "do", "else"})
+_FUNCNAME: Final = re.compile(r"\$\{?FUNCNAME(\[0?\])?\}?")
+_CALLED_QUOTES: Final = re.compile(r"[\"'\\]")
+_BODY_SHELLS: Final = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"})
+_MAX_EVAL_DEPTH: Final = 4
 
 
 @lru_cache(maxsize=256)
@@ -236,9 +247,11 @@ class _Acc:
         self.subs: list[Script] = []
         self.functions: list[str] = []
         self.fork_bomb = False
+        self.calls: list[tuple[str, str, bool]] = []
 
     def script(self, errors: tuple[str, ...] = ()) -> Script:
-        return Script(tuple(self.pipelines), self.fork_bomb, tuple(self.subs), tuple(self.functions), errors)
+        return Script(tuple(self.pipelines), self.fork_bomb, tuple(self.subs), tuple(self.functions), errors,
+                      tuple(self.calls))
 
 
 class _Reader:
@@ -616,28 +629,61 @@ class _Reader:
         inner = _Acc()
         if body is not None:
             self.statement(body, inner)
-            # the text test first: a body that does not mention the name cannot call it
-            if name and (self.ascii is None or name in self.text(body)) \
-                    and self._calls_itself_forking(body, name, False, False):
-                inner.fork_bomb = True
+            if name:
+                calls = self.calls_in(body, name, False)
+                acc.calls.extend((name, called, beside) for called, beside in calls)
+                # (a call of itself beside itself: the body alone is a fork bomb)
+                inner.fork_bomb |= (name, True) in calls
         acc.functions.append(name)
         return Compound(inner.script(), "function")
 
-    # -- fork bombs
-    def _calls_itself_forking(self, node: Node, name: str, piped: bool, background: bool) -> bool:
-        """Whether ``node`` calls ``name`` inside a pipeline or in the background."""
-        kind = _KIND[node.kind_id]
-        if kind == "function_definition":
-            return False
-        if kind == "command":
-            called = node.child_by_field_name("name")
-            return (piped or background) and called is not None and self.text(called) == name
-        children = node.children
-        for i, child in enumerate(children):
-            bg = background or (i + 1 < len(children) and _KIND[children[i + 1].kind_id] == "&")
-            if self._calls_itself_forking(child, name, piped or kind == "pipeline", bg):
-                return True
-        return False
+    # -- fork bombs: the calls of a function's body
+    def calls_in(self, node: Node, function: str, beside: bool, depth: int = 0) -> set[tuple[str, bool]]:
+        """The names ``node`` calls, each with whether the call runs beside (concurrently with)
+        the code around it: as a stage of a pipeline of several, behind ``&``, under ``coproc``,
+        in ``<(…)``/``>(…)``. ``$FUNCNAME`` is ``function``; the literal text of ``eval`` and of
+        ``bash -c`` (a function exported with ``export -f`` is defined there too) is read as
+        part of the body. Nested function definitions are their own."""
+        found: set[tuple[str, bool]] = set()
+        stack = [(node, beside)]
+        while stack:
+            n, behind = stack.pop()
+            kind = _KIND[n.kind_id]
+            if kind == "function_definition":
+                continue
+            if kind == "command":
+                self._called(n, function, behind, depth, found)
+            kids = n.children
+            for i, kid in enumerate(kids):
+                side = behind or kind == "pipeline" or kind == "process_substitution" \
+                    or (i + 1 < len(kids) and _KIND[kids[i + 1].kind_id] == "&")
+                stack.append((kid, side))
+        return found
+
+    def _called(self, command: Node, function: str, beside: bool, depth: int, found: set[tuple[str, bool]]) -> None:
+        called = command.child_by_field_name("name")
+        if called is None:
+            return
+        words = [called, *command.children_by_field_name("argument")]
+        names = [_CALLED_QUOTES.sub("", self.text(w)) for w in words]
+        names = [function if _FUNCNAME.fullmatch(w) else w for w in names]
+        k = 0
+        while k < len(names) - 1 and names[k] in _CALL_PREFIXES:  # time f, coproc f, builtin eval …
+            beside |= names[k] == "coproc"
+            k += 1
+        name = names[k]
+        found.add((name, beside))
+        if depth >= _MAX_EVAL_DEPTH:
+            return
+        text = None
+        if name == "eval":
+            text = " ".join(self.word(w).text for w in words[k + 1:])
+        elif name in _BODY_SHELLS and k + 2 < len(words) and names[k + 1].startswith("-") \
+                and "c" in names[k + 1] and not names[k + 1].startswith("--"):
+            text = self.word(words[k + 2]).text
+        if text:
+            src = text.encode("utf-8", "surrogatepass")
+            found |= _Reader(src, text).calls_in(parser().parse(src).root_node, function, beside, depth + 1)
 
     def _spawns_forever(self, node: Node) -> bool:
         """``while true; do x & done`` (no sleep, wait or break in it): a process flood."""
@@ -917,6 +963,13 @@ def _errors(root: Node, source: bytes) -> tuple[str, ...]:
         if n.has_error:
             stack.extend(reversed(n.children))
     return tuple(found) or ("syntax error",)
+
+
+def calls_of(text: str, caller: str) -> set[tuple[str, bool]]:
+    """The names the script ``text`` calls (as a function body named ``caller`` would: see
+    ``_Reader.calls_in``), each with whether the call runs beside the script."""
+    source = text.encode("utf-8", "surrogatepass")
+    return _Reader(source, text).calls_in(parser().parse(source).root_node, caller, False)
 
 
 def parse(text: str) -> Script:
