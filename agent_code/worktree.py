@@ -174,8 +174,7 @@ def _walk(main: Path, name: str, create: bool) -> tuple[os.stat_result | None, o
     ``worktrees`` absent without ``create``); with ``create``, ``NAME`` is made too (empty)."""
     fds: list[int] = []
     try:
-        fd: int | None = os.open(main, _DIR_FLAGS)
-        fds.append(fd)
+        fds.append(os.open(main, _DIR_FLAGS))
         shown = Path(main)
         for part in WORKTREES_DIR.parts:
             shown = shown / part
