@@ -381,3 +381,23 @@ def test_a_folder_with_nothing_to_configure_asks_nothing(tmp_path):
     stderr, mode, touched = clone.probe()
     assert mode == "default" and not touched and NOTE in stderr
     assert "trust this folder" in repl(clone, "n")
+
+
+def test_a_rollout_does_not_use_the_task_repositorys_configuration(tmp_path):
+    """A task whose repository carries ``.agent/settings.json`` with a hook: the rollout's
+    agent-code (``--no-trust-project``) runs no hook of it; the diff shows no trace."""
+    from gateway_fixtures import write_script
+    from rollout_fixtures import tasks_file
+
+    settings = json.dumps({"permissions": {"defaultMode": "plan"},
+                           "hooks": {"Stop": hook("echo hooked > HOOKED.txt")}})
+    setup = [f"mkdir -p .agent && printf '%s' '{settings}' > .agent/settings.json"]
+    tasks = tasks_file(tmp_path, ["pager-last-page"], setup=setup)
+    script = write_script(tmp_path, [{"text": "I looked but changed nothing."}])
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "agent_code", "rollout", str(tasks), "--engine", f"scripted:{script}",
+                           "--out", str(out), "--budget", "120"], capture_output=True, text=True, env=cli_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    saved = "\n".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+    assert (out / "results.jsonl").is_file() and "HOOKED" not in saved and "hooked" not in saved
