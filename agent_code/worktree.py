@@ -18,6 +18,16 @@ worktree itself: its paths are judged relative to it.
 files) unless forced; agent-code's own session transcripts (``.agent/sessions/``) do not
 count as changes and go with the worktree. The branch is kept.
 
+The path is never taken through a link: a repository can commit ``.agent`` or
+``.agent/worktrees`` as a symbolic link (to ``~/.agent-code/skills``, say, where a checked-out
+``SKILL.md`` would become a user skill in every project), or leave a link, or a dangling one,
+as ``.agent/worktrees/NAME``. :func:`ensure` walks ``.agent/worktrees/NAME`` one directory at
+a time from the main worktree with ``O_NOFOLLOW`` (creating each with ``mkdir``, which fails on
+an existing link rather than following it), creates ``NAME`` itself, lets git check out into
+that empty directory, and checks afterwards that the path still is that directory — a link
+swapped in meanwhile is refused, not used. Any link there is an error naming it;
+:func:`remove` refuses the same paths.
+
 Everything runs real ``git`` (2.17 or newer for ``git worktree remove``); the whole of
 :func:`ensure` holds a lock in the git directory, so two sessions starting at once with
 different names both get theirs.
@@ -25,9 +35,11 @@ different names both get theirs.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
+import stat
 import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,6 +130,91 @@ def worktree_path(main: Path, name: str) -> Path:
     return Path(main) / WORKTREES_DIR / check_name(name)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir(parent_fd: int, name: str, shown: Path, create: bool) -> int | None:
+    """The directory ``name`` in ``parent_fd``, opened without following a link (``mkdir``
+    first with ``create``: it fails on an existing link, never following it); None when it
+    does not exist and ``create`` is off. Raises :class:`WorktreeError` for a link (dangling
+    or not) or anything but a directory."""
+    if create:
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise WorktreeError(f"cannot create {shown}: {exc.strerror or exc}") from None
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if create:
+            raise WorktreeError(f"{shown} vanished while it was being created") from None
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise WorktreeError(_not_a_directory(shown)) from None
+        raise WorktreeError(f"cannot open {shown}: {exc.strerror or exc}") from None
+
+
+def _not_a_directory(shown: Path) -> str:
+    try:
+        kind = "a symbolic link" if os.path.islink(shown) else "not a directory"
+    except OSError:
+        kind = "not a directory"
+    return (f"{shown} is {kind}: worktrees are made only in a real .agent/worktrees/ directory of the "
+            "repository, never through a link (the repository, or a session, may have put it there: "
+            "remove it, and check what it points to)")
+
+
+def _walk(main: Path, name: str, create: bool) -> tuple[os.stat_result | None, os.stat_result | None]:
+    """Check ``main/.agent/worktrees/NAME`` without following links (module doc): each of
+    ``.agent`` and ``worktrees`` a real directory (made with ``create``), ``NAME`` absent (None)
+    or a real directory. Returns the stat of ``worktrees`` and of ``NAME`` (None: absent, or
+    ``worktrees`` absent without ``create``); with ``create``, ``NAME`` is made too (empty)."""
+    fds: list[int] = []
+    try:
+        fds.append(os.open(main, _DIR_FLAGS))
+        shown = Path(main)
+        for part in WORKTREES_DIR.parts:
+            shown = shown / part
+            fd = _open_dir(fds[-1], part, shown, create)
+            if fd is None:
+                return None, None
+            fds.append(fd)
+        base = os.fstat(fds[-1])
+        shown = shown / name
+        if create:
+            try:
+                os.mkdir(name, 0o755, dir_fd=fds[-1])
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise WorktreeError(f"cannot create {shown}: {exc.strerror or exc}") from None
+        fd = _open_dir(fds[-1], name, shown, create=False)
+        if fd is None:
+            return base, None
+        fds.append(fd)
+        return base, os.fstat(fd)
+    except OSError as exc:
+        raise WorktreeError(f"cannot open {main}: {exc.strerror or exc}") from None
+    finally:
+        for opened in fds:
+            os.close(opened)
+
+
+def _same(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    return a is not None and b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _is_empty_dir(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+        return stat.S_ISDIR(st.st_mode) and not any(os.scandir(path))
+    except OSError:
+        return False
+
+
 @contextmanager
 def _locked(common: Path) -> Iterator[None]:
     with open(common / LOCK_NAME, "a") as handle:
@@ -166,25 +263,37 @@ def ensure(cwd: Path, name: str) -> Worktree:
     branch = BRANCH_PREFIX + name
     with _locked(common):
         exclude_worktrees(common)
+        _, found = _walk(main, name, create=False)  # a link on the way is refused before git sees the path
         entry = _registered(main, path)
         if entry is not None:
-            if not path.is_dir():  # removed by hand: git still lists it; forget it and make it again
+            if found is None:  # removed by hand: git still lists it; forget it and make it again
                 _git(main, "worktree", "prune")
             else:
                 return Worktree(name, path, _branch_of(entry), entry.get("HEAD", ""), created=False,
                                 locked="locked" in entry)
-        if path.exists():
+        if found is not None and not _is_empty_dir(path):
             raise WorktreeError(f"{path} exists but is not a git worktree of this repository; move it away "
                                 "or choose another name")
         if _git(main, "rev-parse", "--verify", "--quiet", "HEAD", check=False).returncode != 0:
             raise WorktreeError("the repository has no commit yet: commit once, then start a worktree")
         has_branch = _git(main, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
                           check=False).returncode == 0
-        path.parent.mkdir(parents=True, exist_ok=True)
+        base, made = _walk(main, name, create=True)  # NAME made here, empty: git checks out into it
         if has_branch:
             _git(main, "worktree", "add", str(path), branch)
         else:
             _git(main, "worktree", "add", "-b", branch, str(path), "HEAD")
+        # the path must still lead, through no link, to the directory made above
+        try:
+            base_now, after = _walk(main, name, create=False)
+        except WorktreeError as exc:
+            base_now = after = None
+            why = f" ({exc})"
+        else:
+            why = ""
+        if not (_same(base, base_now) and _same(made, after)):
+            raise WorktreeError(f"{path} was replaced while the worktree was being created (a link swapped in?); "
+                                f"git may have checked the repository out elsewhere: see git worktree list{why}")
         head = _git(path, "rev-parse", "HEAD").stdout.strip()
     return Worktree(name, path, branch, head, created=True)
 
@@ -218,6 +327,7 @@ def remove(cwd: Path, name: str, force: bool = False) -> Worktree:
     check_name(name)
     main = main_worktree(cwd)
     path = worktree_path(main, name)
+    _walk(main, name, create=False)  # never through a link (module doc)
     entry = _registered(main, path)
     if entry is None:
         raise WorktreeError(f"no worktree named {name!r} (agent-code worktree list shows them)")

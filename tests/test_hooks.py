@@ -180,7 +180,8 @@ def test_cli_runs_hooks_from_the_project_settings(tmp_path):
     script = tmp_path / "s.jsonl"
     script.write_text(json.dumps([use("b1", "bash", command="touch x.txt")]) + "\n" + json.dumps(text("ok")) + "\n")
     proc = run_cli("--provider", "scripted", "--script", str(script), "-C", str(project), "--output-format",
-                   "stream-json", "--no-session-persistence", "--permission-mode", "bypassPermissions", "go",
+                   "stream-json", "--no-session-persistence", "--permission-mode", "bypassPermissions",
+                   "--trust-project", "go",
                    env=cli_env(HOME=str(tmp_path / "home")))
     assert proc.returncode == 0, proc.stderr
     result = next(json.loads(line) for line in proc.stdout.splitlines() if '"tool_result"' in line)

@@ -219,6 +219,12 @@ def test_an_http_server_killed_mid_session_is_a_clear_tool_error(project, tmp_pa
 
 # --- the CLI, in subprocesses ----------------------------------------------------------
 
+def trust_folder(root: Path, home: Path, how: str) -> None:
+    from agent_code.agent.settings import trust_folder as record
+
+    record(root, home, how=how)
+
+
 def run_agent_code(*args: str, home: Path, cwd: Path, input: str | None = None,
                    **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent_code", *args], capture_output=True, text=True,
@@ -283,6 +289,7 @@ def test_claude_codes_mcp_json_works_unchanged(tmp_path, http_url):
     home.mkdir()
     root.mkdir()
     (root / ".mcp.json").write_text(json.dumps(claude_code_mcp_json(http_url), indent=2))
+    trust_folder(root, home, how="the user said yes")   # the folder's trust (tests/test_folder_trust.py)
     env = {"EVERYTHING_JS": str(EVERYTHING), "MCP_TOKEN": "t0k", "PATH": f"{Path(NODE).parent}:{os.environ['PATH']}"}
 
     # headless, on purpose: --mcp-config names the file
@@ -324,6 +331,7 @@ def test_an_unapproved_project_server_never_starts_headless(tmp_path, capsys):
     (root / ".mcp.json").write_text(json.dumps({"mcpServers": {"marked": {
         "command": "bash", "args": ["-c", 'touch "$0"; exec "$1" "$2" stdio', str(marker), NODE,
                                     str(EVERYTHING)]}}}))
+    trust_folder(root, home, how="the user said yes")   # trusted: each server still needs its approval
     script = write_script(tmp_path / "s.jsonl", [use("mcp__marked__echo", {"message": "x"}, 1),
                                                  [{"type": "text", "text": "done"}]])
     # a run with a prompt: not started; its tool does not exist

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,18 +24,40 @@ PROJECT_SETTINGS = {"permissions": {"allow": ["bash(git diff:*)", "bash(npm test
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / ".agent").mkdir(parents=True)
-    (root / ".agent" / "settings.json").write_text(json.dumps(PROJECT_SETTINGS))
-    return root
-
-
-@pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     return cli_env(HOME=str(home))
+
+
+@pytest.fixture
+def project(tmp_path: Path, env: dict[str, str]) -> Path:
+    """A project whose folder the user trusts (as answering yes at the REPL records)."""
+    from agent_code.agent.settings import trust_folder
+
+    root = tmp_path / "project"
+    (root / ".agent").mkdir(parents=True)
+    (root / ".agent" / "settings.json").write_text(json.dumps(PROJECT_SETTINGS))
+    trust_folder(root, Path(env["HOME"]), how="the user said yes")
+    return root
+
+
+def accepted(project: Path, env: dict[str, str]) -> None:
+    """The user accepts the project's settings files as they are now."""
+    from agent_code.agent.settings import trust_folder
+
+    trust_folder(project, Path(env["HOME"]), how="accepted")
+
+
+def test_a_folder_never_trusted_is_checked_as_a_headless_run_would_use_it(tmp_path, env):
+    root = tmp_path / "fresh"
+    (root / ".agent").mkdir(parents=True)
+    (root / ".agent" / "settings.json").write_text(json.dumps(PROJECT_SETTINGS))
+    assert check(root, env, "--", "git diff --stat").stdout.splitlines()[0] == "ask"   # its allow rule: not used
+    denied = check(root, env, "--", "curl https://example.com")                          # its deny rule: used
+    assert denied.returncode == 1 and "the folder is not trusted" in denied.stdout, denied.stdout
+    assert not (Path(env["HOME"]) / ".agent-code" / "trust").exists() or not any(
+        "folder:" in p.read_text() for p in (Path(env["HOME"]) / ".agent-code" / "trust").iterdir())
 
 
 def check(project: Path, env: dict[str, str], *args: str):
@@ -85,8 +108,12 @@ def test_a_line_the_deny_list_cannot_read_is_asked_and_named(project, env):
 
 def test_user_settings_count_too(project, env, tmp_path):
     user = Path(env["HOME"]) / ".agent-code"
-    user.mkdir()
+    user.mkdir(exist_ok=True)  # (the folder's trust record is in it already)
     (user / "settings.json").write_text(json.dumps({"permissions": {"deny": ["bash(make:*)"]}}))
+    # a home whose settings file was there before agent-code first ran: trusting the first
+    # folder takes it on first sight (it is not a change made by a session)
+    shutil.rmtree(user / "trust")
+    accepted(project, env)
     r = check(project, env, "--", "make install")
     assert r.returncode == 1
     assert "rule: bash(make:*)  (from ~/.agent-code/settings.json)" in r.stdout
@@ -103,6 +130,7 @@ def test_mode_from_flag_and_from_default_mode(project, env):
 
 def test_default_mode_from_the_settings(project, env):
     (project / ".agent" / "settings.local.json").write_text(json.dumps({"permissions": {"defaultMode": "acceptEdits"}}))
+    accepted(project, env)
     r = check(project, env, "--tool", "write_file", "--", "src/new.py")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mode: acceptEdits  (defaultMode in the settings)" in r.stdout
@@ -168,6 +196,7 @@ def test_hooks_are_mentioned_not_run(project, env, tmp_path):
     settings = dict(PROJECT_SETTINGS, hooks={"PreToolUse": [{"matcher": "*", "hooks": [
         {"type": "command", "command": f"touch {marker}; exit 2"}]}]})
     (project / ".agent" / "settings.json").write_text(json.dumps(settings))
+    accepted(project, env)
     r = check(project, env, "--", "git diff")
     assert r.returncode == 0 and "PreToolUse hooks are configured" in r.stdout
     assert not marker.exists()

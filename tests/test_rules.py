@@ -354,9 +354,11 @@ def bash_script(tmp_path: Path, command: str) -> Path:
 
 
 def cli(tmp_path: Path, project: Path, command: str, *flags: str):
+    """A headless run in ``project``, a folder the user trusts (``--trust-project``: its settings apply)."""
     env = cli_env(HOME=str(tmp_path / "home"))
     proc = run_cli("--provider", "scripted", "--script", str(bash_script(tmp_path, command)), "-C", str(project),
-                   "--output-format", "stream-json", "--no-session-persistence", *flags, "go", env=env)
+                   "--output-format", "stream-json", "--no-session-persistence", "--trust-project", *flags, "go",
+                   env=env)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     return proc, events
 

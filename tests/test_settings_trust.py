@@ -9,6 +9,10 @@ Each attack is a session (or a process) doing what an agent could: writing
 that leaves a marker file; then the variants: after the session ends from a background
 process, deleting or damaging the trust record, the user-level file, a new project file,
 hooks only, a symlink swap (and a FIFO), back and forth, removing a file with deny rules.
+
+Each project here is a folder the user trusts (the first run of a :class:`Box` passes
+``--trust-project``: what the user's yes at the REPL records); folder trust itself — a fresh
+clone, the question, headless runs without it — is tests/test_folder_trust.py.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_code.agent.settings import (current_settings, load_trusted_settings, review_settings, trust_store)
+from agent_code.agent.settings import (current_settings, load_trusted_settings, review_settings, trust_folder,
+                                       trust_store)
 from agent_code.agent.trust import TrustStore, summarize, version_digest
 from conftest import cli_env, run_cli
 
@@ -59,12 +64,15 @@ class Box:
         self.project.mkdir()
         self.home.mkdir()
         self.runs = 0
+        self.trust_first_run = True  # the first run trusts the folder (--trust-project), as the user would
 
     def env(self) -> dict[str, str]:
         return cli_env(HOME=str(self.home))
 
     def run(self, *turns, flags: tuple[str, ...] = (), persist: bool = True):
         """A headless run (``-p``, stream-json) of a scripted model; (process, events)."""
+        if self.runs == 0 and self.trust_first_run:
+            flags = ("--trust-project", *flags)
         self.runs += 1
         script = write_script(self.tmp / f"script{self.runs}.jsonl", *turns, [{"type": "text", "text": "done"}])
         args = ["-p", "--provider", "scripted", "--script", str(script), "-C", str(self.project),
@@ -225,7 +233,7 @@ def test_a_session_started_in_acceptedits_writing_with_a_tool_the_policy_cannot_
     # bash allow rule is the same change by another road — the trust store does not care how
     (box.project / ".agent").mkdir()
     (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(python3 w.py)"]}}))
-    box.probe()  # first sight of the project: its settings.json is trusted as it is
+    box.probe()  # the user trusts the folder: its settings.json is recorded as it is
     (box.project / "w.py").write_text(
         "import json\nopen('.agent/settings.json','w').write(json.dumps(" + repr(
             {"permissions": {"allow": ["bash(python3 w.py)", "bash(touch pwned*)"], "defaultMode": "bypassPermissions"}})
@@ -280,7 +288,8 @@ def test_settings_status_lists_the_changes_and_records_nothing(box):
     (box.project / ".agent").mkdir()
     (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(ls)"]}}))
     proc = run_cli("settings", "-C", str(box.project), env=box.env())
-    assert proc.returncode == 0 and "not yet recorded" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "folder: not trusted" in proc.stdout, proc.stderr
+    assert ".agent/settings.json: present, not used" in proc.stdout
     assert not (box.home / ".agent-code/trust").exists()  # looking is not trusting
     box.probe()
     box.session_writes(LOCAL, LOOSE)
@@ -307,7 +316,8 @@ def test_repl_start_asks_and_an_accepted_change_takes_effect(box):
 def test_repl_start_declined_keeps_the_last_accepted_version(box):
     (box.project / ".agent").mkdir()
     (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"defaultMode": "plan"}}))
-    repl_start(box, None)  # first sight: no question, plan mode from the settings
+    shown = repl_start(box, "y")  # the folder's question: trusted, plan mode from the settings
+    assert "trust this folder" in shown and "[plan] >" in shown
     box.session_writes(".agent/settings.json", {"permissions": {"defaultMode": "bypassPermissions"}})
     shown = repl_start(box, "n")
     assert "permissions.defaultMode: plan → bypassPermissions" in shown
@@ -327,29 +337,38 @@ def test_repl_with_piped_input_never_accepts(box):
     assert_not_loosened(box)
 
 
-# --- 4: first run in a fresh project ---------------------------------------------------
+# --- 4: first run in a fresh project (more: tests/test_folder_trust.py) -----------------
 
-def test_first_run_in_a_fresh_project_takes_its_settings_without_asking(box):
+def test_first_run_in_a_fresh_project_takes_its_settings_only_when_trusted(box):
     (box.project / ".agent").mkdir()
     (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"allow": ["bash(touch pwned*)"]}}))
     (box.home / ".agent-code").mkdir()
     (box.home / ".agent-code/settings.json").write_text(json.dumps({"permissions": {"deny": ["bash(rm:*)"]}}))
+    box.trust_first_run = False
     proc, mode, touched = box.probe()
+    assert not touched and mode == "default" and "not trusted" in proc.stderr, proc.stderr
+    proc, mode, touched = box.probe("--trust-project")
     assert touched and mode == "default" and proc.stderr == "", proc.stderr
-    proc, mode, touched = box.probe()  # and the next, unchanged
+    proc, mode, touched = box.probe()  # and the next, unchanged: no flag needed now
     assert touched and proc.stderr == "", proc.stderr
-    # a second fresh project under the same home: its files are first sight too
+    # the user's own file was first sight: its deny rule counts in every project
+    user_rules = load_trusted_settings(box.tmp / "other", box.home, warn=pytest.fail).rules.rules
+    assert [r.text for r in user_rules] == ["bash(rm:*)"]
+    # a second fresh project under the same home is not trusted with the first
     other = box.tmp / "other"
-    (other / ".agent").mkdir(parents=True)
+    (other / ".agent").mkdir(parents=True, exist_ok=True)
     (other / ".agent/settings.local.json").write_text(json.dumps({"permissions": {"defaultMode": "acceptEdits"}}))
     proc = run_cli("-p", "--provider", "scripted", "-C", str(other), "--output-format", "stream-json", "hi",
                    env=box.env())
-    assert json.loads(proc.stdout.splitlines()[0])["permission_mode"] == "acceptEdits" and proc.stderr == ""
+    assert json.loads(proc.stdout.splitlines()[0])["permission_mode"] == "default" and "not trusted" in proc.stderr
 
 
-def test_first_run_in_the_repl_asks_nothing(box):
+def test_first_run_in_the_repl_asks_about_the_folder_once(box):
     (box.project / ".agent").mkdir()
     (box.project / ".agent/settings.json").write_text(json.dumps({"permissions": {"defaultMode": "acceptEdits"}}))
+    shown = repl_start(box, "y")
+    assert "trust this folder" in shown and "permissions.defaultMode: acceptEdits" in shown
+    assert "[acceptEdits] >" in shown
     shown = repl_start(box, None)
     assert "[acceptEdits] >" in shown and "[y/N]" not in shown
 
@@ -409,7 +428,9 @@ def test_wiping_the_trust_store_of_a_project_with_sessions(box):
     box.run(bash("w1", command), flags=("--permission-mode", "bypassPermissions"))
     assert not (box.home / ".agent-code/trust").exists() and (box.home / ".agent-code/settings.json").exists()
     stderr = assert_not_loosened(box, marker)
-    assert stderr.count("no usable trust record") == 2, stderr
+    # the user's file is asked about; the project's folder is no longer trusted at all
+    assert stderr.count("no usable trust record") == 1 and "~/.agent-code/settings.json has no" in stderr, stderr
+    assert "this folder's own configuration is not trusted" in stderr and LOCAL in stderr
 
 
 @pytest.mark.parametrize("garbage", ["{not json", "{}", json.dumps({"path": "x", "digest": "absent", "content": None})])
@@ -458,14 +479,15 @@ def test_a_nested_project_written_by_a_session(box, persist):
     # the session plants settings in a directory below the project; the user later runs there
     box.probe(persist=persist)
     box.session_writes("sub/dir/.agent/settings.local.json", LOOSE)
-    outer, box.project = box.project, box.project / "sub/dir"
+    box.project = box.project / "sub/dir"
     stderr = assert_not_loosened(box, persist=persist)
-    assert f"it is inside {outer}, a project a session ran in" in stderr, stderr
-    # a fresh project beside it (not below a project) is still first sight
+    # the outer folder's trust is not the nested one's
+    assert "this folder's own configuration is not trusted" in stderr and LOCAL in stderr, stderr
+    # a fresh project beside it is trusted when the user says so
     box.project = box.tmp / "beside"
     (box.project / ".agent").mkdir(parents=True)
     (box.project / LOCAL).write_text(json.dumps(LOOSE))
-    proc, mode, touched = box.probe(persist=persist)
+    proc, mode, touched = box.probe("--trust-project", persist=persist)
     assert mode == "bypassPermissions" and touched and proc.stderr == "", proc.stderr
 
 
@@ -657,6 +679,9 @@ def test_load_trusted_settings_in_process(tmp_path):
     (project / ".agent").mkdir(parents=True)
     (project / LOCAL).write_text(json.dumps({"permissions": {"allow": ["bash(ls)"]}}))
     warnings: list[str] = []
+    settings = load_trusted_settings(project, home, warn=warnings.append)  # a folder never trusted
+    assert settings.rules.rules == [] and settings.unaccepted == [LOCAL] and not warnings
+    trust_folder(project, home, how="the user said yes")
     settings = load_trusted_settings(project, home, warn=warnings.append)
     assert [r.text for r in settings.rules.rules] == ["bash(ls)"] and not warnings
     (project / LOCAL).write_text(json.dumps(LOOSE))
@@ -684,6 +709,8 @@ def test_a_read_only_home_still_runs_and_says_so(tmp_path):
         warnings: list[str] = []
         load_trusted_settings(project, home, warn=warnings.append)
         assert len(warnings) == 1 and "cannot save settings trust records" in warnings[0]
+        with pytest.raises(OSError):  # the folder's trust cannot be saved either: an error, not a trust
+            trust_folder(project, home, how="yes")
     finally:
         os.chmod(home / ".agent-code", 0o700)
 
@@ -710,6 +737,11 @@ def test_a_damaged_record_is_evidence_for_the_groups_later_files(tmp_path):
     assert [(c.file.label, c.kind, c.evidence) for c in out.changes] == [
         ("a", "unrecorded", "its record is damaged"), ("b", "unrecorded", "its record is damaged")]
     assert out.first_sight == [] and store.get(local.key) is None
-    # without the damaged record the same new file is a first sight, recorded
+    # without the damaged record the same new file is no first sight either: a project file is
+    # reviewed only in a trusted folder, whose trust recorded every project file
     fresh = review([local], TrustStore(tmp_path / "u"), project_evidence=None)
-    assert fresh.first_sight == ["b"] and fresh.changes == []
+    assert fresh.first_sight == [] and [c.kind for c in fresh.changes] == ["unrecorded"]
+    assert store.get(local.key) is None
+    # the user's own file still is, on a fresh store
+    user = SettingsFile(tmp_path / "c.json", "c", "/h/.agent-code/settings.json", "user", "{}")
+    assert review([user], TrustStore(tmp_path / "v"), project_evidence=None).first_sight == ["c"]

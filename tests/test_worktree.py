@@ -188,7 +188,7 @@ def test_the_policy_treats_the_worktree_as_the_project(repo):
 def test_a_worktree_inherits_the_trust_of_identical_settings(repo, tmp_path):
     """The worktree's committed .agent/settings.json is the version the user trusts in the
     main checkout: it is used there without asking again; a differing one is not."""
-    from agent_code.agent.settings import inherit_trust, load_trusted_settings
+    from agent_code.agent.settings import folder_trusted, inherit_trust, load_trusted_settings, trust_folder
 
     home = tmp_path / "home"
     home.mkdir()
@@ -198,7 +198,11 @@ def test_a_worktree_inherits_the_trust_of_identical_settings(repo, tmp_path):
     git(repo, "add", ".agent/settings.json")
     git(repo, "commit", "-qm", "settings")
     warnings: list[str] = []
-    main = load_trusted_settings(repo, home, warn=warnings.append)   # the first session records it
+    # a worktree of a folder never trusted is not trusted either
+    assert inherit_trust(ensure(repo, "early").path, repo, home) == []
+    assert not folder_trusted(repo / ".agent/worktrees/early", home)
+    trust_folder(repo, home, how="the user said yes")                # the user trusts the main checkout
+    main = load_trusted_settings(repo, home, warn=warnings.append)
     (repo / ".agent" / "sessions").mkdir()
     (repo / ".agent" / "sessions" / "s.jsonl").write_text("{}\n")        # a session ran here
     assert {r.text for r in main.rules.rules} == {"bash(make test)", "bash(git push:*)"} and not warnings
@@ -207,7 +211,7 @@ def test_a_worktree_inherits_the_trust_of_identical_settings(repo, tmp_path):
     # without inheriting: an unrecorded file inside a project a session ran in is not used
     # (but for its deny and ask rules, which can only restrict)
     plain = load_trusted_settings(same, home, warn=warnings.append)
-    assert {r.text for r in plain.rules.rules} == {"bash(git push:*)"} and warnings
+    assert {r.text for r in plain.rules.rules} == {"bash(git push:*)"} and plain.unaccepted == [".agent/settings.json"]
     other = ensure(repo, "other").path
     warnings.clear()
     assert inherit_trust(other, repo, home) == [".agent/settings.json", ".agent/settings.local.json"]
@@ -217,3 +221,9 @@ def test_a_worktree_inherits_the_trust_of_identical_settings(repo, tmp_path):
     changed = ensure(repo, "changed").path
     (changed / ".agent" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "bypassPermissions"}}))
     assert ".agent/settings.json" not in inherit_trust(changed, repo, home)
+    # its folder is trusted (a worktree of a trusted one), but the differing file is a change to accept
+    assert folder_trusted(changed, home)
+    warnings.clear()
+    differs = load_trusted_settings(changed, home, warn=warnings.append)
+    assert differs.default_mode is None and differs.unaccepted == [".agent/settings.json"]
+    assert any("no usable trust record" in w for w in warnings), warnings

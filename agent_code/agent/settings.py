@@ -19,7 +19,10 @@ Shape (a subset of Claude Code's; other top-level keys are ignored)::
       "mcpServers": {"name": {"command": "...", "args": [...]}}    (the user's file only: agent_code/mcp)
     }
 
-Only versions the user trusts take effect (``agent/trust.py``): a file that changed since the
+The project's two files take effect only in a folder the user trusts (``agent/trust.py``):
+in one never trusted, only their deny and ask rules are used (:func:`folder_trusted`,
+:func:`trust_folder`; the question and the ``--trust-project`` flag are the CLI's,
+``cli/trust.py``). Only versions the user trusts take effect: a file that changed since the
 user last accepted it — whoever changed it: a session of the agent, a process it left
 behind, a checkout, the user's own editor — is asked about at the REPL's start, and in a run
 with a prompt (``-p``, rollouts) the last accepted version is used instead (plus the new
@@ -202,19 +205,60 @@ def enclosing_project(root: Path, store: TrustStore) -> Path | None:
     return None
 
 
+def folder_trusted(root: Path, home: Path | None = None) -> bool:
+    """Whether the user trusts the project folder ``root`` (its resolved path; ``agent/trust.py``)."""
+    return trust_store(home).folder(_real(Path(root))) is not None
+
+
+def trust_folder(root: Path, home: Path | None = None, *, how: str,
+                 files: list[SettingsFile] | None = None, current_session: Path | None = None) -> list[str]:
+    """Trust the project folder ``root``: record the given versions of its settings files
+    (``files``: the project's, as shown to the user; default: as they are now; absent ones
+    too) as accepted, then the folder itself. Returns the labels of the files present.
+    On a store with no record yet, the user's own file is reviewed first (its first sight,
+    as this start would take it: ``current_session``, the session it opened), so these new
+    records do not make it look as if agent-code had run with this home before.
+    Raises :class:`SettingsError` for a file that cannot be used (nothing recorded then) and
+    OSError when the store cannot be written."""
+    store = trust_store(home)
+    if not store.has_any():
+        review_settings(root, home, current_session=current_session, project_trusted=False)
+    root_real, home_dir = _real(Path(root)), _real(home or Path.home())
+    chosen = [f for f in (files if files is not None else current_settings(root, home)) if f.group == "project"]
+    for f in chosen:  # every file checked before anything is recorded
+        data = parse_settings_text(f.text, f.label)
+        if data is not None:
+            merge_settings([(f.label, data)])
+            f.scripts = hook_scripts(data, root_real, home_dir)
+    for f in chosen:
+        store.put(f.key, f.text, how, f.scripts)
+    store.trust_folder(root_real, how)
+    return [f.label for f in chosen if f.text is not None]
+
+
 def review_settings(root: Path, home: Path | None = None, *, current_session: Path | None = None,
-                    record_first_sight: bool = True) -> tuple[Review, dict[str, dict[str, Any] | None]]:
+                    record_first_sight: bool = True,
+                    project_trusted: bool | None = None) -> tuple[Review, dict[str, dict[str, Any] | None]]:
     """Read and check the settings files, compare them with the trust store (recording first
-    sights) and return the review with each file's parsed current version (by key). Raises
-    :class:`SettingsError` for a file that cannot be used — before anything is recorded."""
+    sights) and return the review with each file's parsed current version (by key). The
+    project's files are reviewed only when their folder is trusted (``project_trusted``; None:
+    as the store says); otherwise only their deny and ask rules are checked, and the review's
+    ``folder_trusted`` is False. Raises :class:`SettingsError` for a file that cannot be used —
+    before anything is recorded."""
     files = current_settings(root, home)
+    if project_trusted is None:
+        project_trusted = folder_trusted(root, home)
     parsed: dict[str, dict[str, Any] | None] = {}
     home_dir = _real(home or Path.home())
     for f in files:
         parsed[f.key] = data = parse_settings_text(f.text, f.label)
-        if data is not None:
-            merge_settings([(f.label, data)])  # check rules, mode and hooks now
-            f.scripts = hook_scripts(data, _real(Path(root)), home_dir)
+        if data is None:
+            continue
+        if f.group == "project" and not project_trusted:
+            merge_settings([(f.label, restricting_part(data) or {})])  # only these rules are used
+            continue
+        merge_settings([(f.label, data)])  # check rules, mode and hooks now
+        f.scripts = hook_scripts(data, _real(Path(root)), home_dir)
     store = trust_store(home)
     evidence = None
     if project_ran_before(root, current_session):
@@ -223,7 +267,9 @@ def review_settings(root: Path, home: Path | None = None, *, current_session: Pa
         outer = enclosing_project(root, store)
         if outer is not None:
             evidence = f"it is inside {visible(str(outer))}, a project a session ran in"
-    found = review(files, store, project_evidence=evidence, record_first_sight=record_first_sight)
+    reviewed = [f for f in files if project_trusted or f.group != "project"]
+    found = review(reviewed, store, project_evidence=evidence, record_first_sight=record_first_sight)
+    found.files, found.folder_trusted = files, project_trusted
     return found, parsed
 
 
@@ -232,10 +278,14 @@ def inherit_trust(root: Path, origin: Path, home: Path | None = None) -> list[st
     each project settings file of ``root`` not yet in the trust store as trusted when it is
     exactly the version the user trusts in ``origin`` — the same text (or both absent) and the
     same hook scripts. Without it, a worktree's committed settings would be unrecorded files
-    inside a project a session ran in, and not used until accepted again. Returns the labels
-    recorded; raises OSError when the store cannot be written."""
+    inside a project a session ran in, and not used until accepted again. The worktree's folder
+    is trusted when ``origin``'s is (and only then: a file that differs is then a change to
+    accept, as anywhere). Returns the labels recorded; raises OSError when the store cannot be
+    written."""
     store = trust_store(home)
     root_real, origin_real, home_dir = _real(Path(root)), _real(Path(origin)), _real(home or Path.home())
+    if store.folder(origin_real) is None:
+        return []
     done = []
     for path, label in settings_files(root, home)[1:]:   # the project's two files
         key = str(root_real / label)
@@ -254,6 +304,8 @@ def inherit_trust(root: Path, origin: Path, home: Path | None = None) -> list[st
             continue
         store.put(key, text, f"as trusted in {origin_real}", scripts)
         done.append(label)
+    if store.folder(root_real) is None:
+        store.trust_folder(root_real, f"a worktree of {origin_real}, a trusted folder")
     return done
 
 
@@ -278,18 +330,23 @@ def restricting_part(data: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Callable[[Change], bool] | None = None,
                           warn: Callable[[str], None] | None = None,
-                          current_session: Path | None = None) -> Settings:
+                          current_session: Path | None = None, record_first_sight: bool = True,
+                          project_trusted: bool | None = None) -> Settings:
     """The merged settings of ``root`` in the versions the user trusts (module doc).
     ``accept`` asks the user about a changed file (the REPL's start; None: nobody can be
     asked, as in a run with a prompt); ``warn`` gets a message for each file whose current
-    version is not used, and trust-store problems. Raises :class:`SettingsError`."""
+    version is not used, and trust-store problems. ``project_trusted``: whether the project's
+    files may be used at all (None: whether the store trusts the folder); when not, only their
+    deny and ask rules are (the caller says so once: ``cli/trust.py``). Raises
+    :class:`SettingsError`."""
     import sys
 
     if warn is None:
         def warn(message: str) -> None:
             print(f"agent-code: warning: {message}", file=sys.stderr)
 
-    found, parsed = review_settings(root, home, current_session=current_session)
+    found, parsed = review_settings(root, home, current_session=current_session,
+                                    record_first_sight=record_first_sight, project_trusted=project_trusted)
     for message in found.warnings:
         warn(message)
     store = trust_store(home)
@@ -297,6 +354,13 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
     unaccepted = []
     for f in found.files:
         data = parsed[f.key]
+        if f.group == "project" and not found.folder_trusted:
+            restricting = restricting_part(data)
+            if restricting is not None:
+                layers.append((f"{f.label} (deny and ask rules only: the folder is not trusted)", restricting))
+            if data is not None:
+                unaccepted.append(f.label)
+            continue
         change = found.change_of(f.key)
         if change is not None and accept is not None and accept(change):
             try:
@@ -336,8 +400,10 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
 
 
 def configure_agent(agent: Agent, settings: Settings, root: Path, *, mode_from_cli: bool = False,
-                    home: Path | None = None, report: Callable[[str], None] | None = None) -> Hooks:
-    """Wire ``settings`` (and the installed skills) into ``agent``; returns its hooks."""
+                    home: Path | None = None, report: Callable[[str], None] | None = None,
+                    project_skills: bool = True) -> Hooks:
+    """Wire ``settings`` (and the installed skills: the project's only with ``project_skills``,
+    for a trusted folder) into ``agent``; returns its hooks."""
     from agent_code.agent.prompt import skills_prompt
     from agent_code.tools.skills import find_skills
 
@@ -364,7 +430,8 @@ def configure_agent(agent: Agent, settings: Settings, root: Path, *, mode_from_c
         agent.on_stop.append(hooks.stop)
 
     # a profile without the skill tool (--tool-profile small) gets no skills section
-    section = skills_prompt(find_skills(Path(root), home)) if agent.tools.get("skill") else ""
+    agent.ctx.project_skills = project_skills  # the skill tool loads what the prompt lists
+    section = skills_prompt(find_skills(Path(root), home, project=project_skills)) if agent.tools.get("skill") else ""
     if section:
         agent.system = (agent.system or "") + "\n\n" + section
         rebuild = agent.system_for_mode
@@ -393,16 +460,18 @@ def mode_given_on_command_line(parameter: str = "permission_mode") -> bool:
 
 
 def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] | None = None,
-                       accept: Callable[[Change], bool] | None = None) -> Settings:
+                       accept: Callable[[Change], bool] | None = None, *, project_trusted: bool) -> Settings:
     """What the CLI does after building its agent: load the trusted settings of ``root``
     (:func:`load_trusted_settings`; ``accept``: the REPL's start-up question, None in a run
-    with a prompt), print their warnings, and :func:`configure_agent`. Raises
-    :class:`SettingsError`."""
+    with a prompt; ``project_trusted``: the folder's trust, decided by ``cli/trust.py``), print
+    their warnings, and :func:`configure_agent`. Raises :class:`SettingsError`."""
     import sys
 
     session = agent.session
-    settings = load_trusted_settings(root, accept=accept, current_session=session.path if session is not None else None)
+    settings = load_trusted_settings(root, accept=accept, current_session=session.path if session is not None else None,
+                                     project_trusted=project_trusted)
     for warning in settings.warnings:
         print(f"agent-code: warning: {warning}", file=sys.stderr)
-    configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report)
+    configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report,
+                    project_skills=project_trusted)
     return settings

@@ -9,20 +9,31 @@ resolved project root or home, then ``.agent/settings.local.json`` etc. as writt
 swapped-in symlink or a symlinked ``.agent`` is still the same file), holding the digest and a
 copy of the last accepted version (or that the file was absent).
 
-A file version is trusted when
+**Folder trust** comes first. A project's files — its two settings files (permissions,
+``defaultMode``, hooks), its skills (``.agents/skills``) and its MCP servers (``.mcp.json``) —
+are used only in a folder the user trusts: a record in the same store, keyed
+``folder:<resolved project root>`` (:func:`folder_key`), written when the user says yes to the
+REPL's start-up question (on a terminal), runs with ``--trust-project``, or accepts with
+``agent-code settings accept`` on a terminal. Trusting a folder records the current version of
+each of its settings files (absent ones too) as accepted, so the per-file tracking below goes
+on from there. In a folder not trusted, none of the project's files is used except the deny and
+ask rules of its settings files, which can only restrict; nothing of the project is recorded.
+The key is the exact resolved root: trusting ``/a`` does not trust ``/a/b`` (a nested project
+with its own ``.agent/``), and a symlinked project directory is its real path. A folder that
+configures nothing is not asked about (and not recorded): once files appear there, it is.
+
+Then, for the settings files of a trusted folder and for the user's own file, a file version
+is trusted when
 
 * it is the version the record holds (the user accepted it, or it was there on first sight);
 * the user accepts it: at the REPL's start (which shows what changed), or with
   ``agent-code settings accept`` — both only on a terminal, never from piped input, since an
   agent's command has no terminal;
-* **first sight**: the file has no record and nothing shows that a session ran with it
-  before. For the project's files: neither has a record, ``.agent/sessions/`` holds no
-  session but the one starting, and no directory above the project is a project that a
-  session ran in (it could have written a nested ``.agent/``); for ``~/.agent-code/settings.json``: the store holds no
-  record at all and the project no earlier session. That first start records all three
-  files, absent ones included, so a file created or changed while a session ran is never
-  first sight, and a deleted record is noticed (its sibling's record, or the project's
-  sessions, remain).
+* **first sight**, for ``~/.agent-code/settings.json`` only: the file has no record and the
+  store holds no record at all and the project no earlier session. That first start
+  records it (absent too), so a file created or changed while a session ran is never first
+  sight. A project file is never first sight: its folder's trust recorded every project
+  file, so one without a record was created later, or its record deleted.
 
 A trusted version includes the hook scripts it runs: the digest of each file a hook command
 names directly (``./check.sh``, ``bash .agent/hooks/stop.sh``; see :func:`command_scripts`).
@@ -99,6 +110,15 @@ def read_version(path: Path, label: str) -> str | None:
         raise SettingsError(f"cannot read {label}: it is not UTF-8 text") from None
 
 
+FOLDER_PREFIX = "folder:"
+FOLDER_TRUSTED = "trusted"   # the content of a folder record
+
+
+def folder_key(root_real: Path | str) -> str:
+    """The trust store's key of a project folder (its resolved root)."""
+    return FOLDER_PREFIX + str(root_real)
+
+
 @dataclass(frozen=True)
 class Record:
     """What the store holds for one settings file: the last accepted version."""
@@ -151,6 +171,18 @@ class TrustStore:
             return any(p.suffix == ".json" for p in self.dir.iterdir())
         except OSError:
             return False
+
+    def folder(self, root_real: Path | str) -> Record | None:
+        """The record of a trusted folder; None when the folder is not trusted (no record, or a
+        damaged one: trusting nothing)."""
+        record = self.get(folder_key(root_real))
+        if record is None or not record.readable or record.content != FOLDER_TRUSTED:
+            return None
+        return record
+
+    def trust_folder(self, root_real: Path | str, how: str) -> None:
+        """Record the folder as trusted; raises OSError."""
+        self.put(folder_key(root_real), FOLDER_TRUSTED, how)
 
     def put(self, key: str, content: str | None, how: str, scripts: dict[str, str] | None = None) -> None:
         """Record ``content`` (and the digests of the hook scripts it names) as the trusted
@@ -215,6 +247,7 @@ class Review:
     changes: list[Change] = field(default_factory=list)
     first_sight: list[str] = field(default_factory=list)   # labels recorded as trusted now
     warnings: list[str] = field(default_factory=list)
+    folder_trusted: bool = True  # False: the project's files were not reviewed (the folder is not trusted)
 
     def change_of(self, key: str) -> Change | None:
         return next((c for c in self.changes if c.file.key == key), None)
@@ -222,9 +255,10 @@ class Review:
 
 def review(files: list[SettingsFile], store: TrustStore, *, project_evidence: str | None,
            record_first_sight: bool = True) -> Review:
-    """Compare each file's current version with its record; record first sights (see the
-    module doc). ``project_evidence``: what shows that a session ran with the project's
-    files (an earlier session of it, or of a project around it), None if nothing does."""
+    """Compare each file's current version with its record; record first sights of the user's
+    file (see the module doc). ``files`` holds the project's files only when their folder is
+    trusted. ``project_evidence``: what shows that a session ran with the project's files (an
+    earlier session of it, or of a project around it), None if nothing does."""
     out = Review(files)
     records = {f.key: store.get(f.key) for f in files}
     store_had_records = store.has_any()
@@ -234,9 +268,10 @@ def review(files: list[SettingsFile], store: TrustStore, *, project_evidence: st
             continue
         if group == "user":  # every start records it: any record, or any session of this project, shows one ran
             evidence = "agent-code has run with this home before" if store_had_records else project_evidence
-        else:
+        else:  # reviewed in a trusted folder only, whose trust recorded every project file: never first sight
             evidence = project_evidence or ("the other project settings file has a record"
-                                            if any(records[f.key] is not None for f in members) else None)
+                                            if any(records[f.key] is not None for f in members)
+                                            else "its folder was trusted, and every project file recorded then")
         for f in members:
             record = records[f.key]
             if record is None:

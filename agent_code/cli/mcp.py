@@ -4,10 +4,10 @@ would have, their state and their tools; and the MCP part of a session's start
 
 ``list`` starts what the REPL would start — the user's servers (``~/.agent-code/settings.json``
 ``mcpServers``), those of ``--mcp-config``, and the project's (``.mcp.json``) that the user
-approved and whose files are still those approved — prints each server (scope, file, what
-runs with secrets masked, ``connected`` with its tools and their kinds, or
-``failed``/``not approved``/``declined`` with why, e.g. "changed since you approved it:
-server.py") and stops them again.
+approved and whose files are still those approved, in a folder the user trusts
+(``cli/trust.py``) — prints each server (scope, file, what runs with secrets masked,
+``connected`` with its tools and their kinds, or ``failed``/``not approved``/``declined``
+with why, e.g. "changed since you approved it: server.py") and stops them again.
 It never asks: approving a project server is the REPL's, on a terminal.
 Exit codes: 0 listed, 1 a servers file that cannot be read.
 """
@@ -41,33 +41,35 @@ def _warn(message: str) -> None:
 
 
 def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: list[str],
-                       warn: Callable[[str], None] = _warn) -> list[Any]:
-    """Every server a session in ``root`` knows about, project < user < --mcp-config by name.
+                       warn: Callable[[str], None] = _warn, project: bool = True) -> list[Any]:
+    """Every server a session in ``root`` knows about, project < user < --mcp-config by name;
+    the project's (``.mcp.json``) only with ``project`` (a folder the user trusts: cli/trust.py).
     Raises ``McpConfigError`` for an unreadable ``--mcp-config``; a broken ``.mcp.json`` is a
     warning (its servers are left out)."""
     from agent_code.mcp import McpConfigError, cli_servers, merge, parse_servers, project_servers
 
     cli = [server for value in cli_values for server in cli_servers(value, Path.cwd())]
     try:
-        project = project_servers(root)
+        servers = project_servers(root) if project else []
     except McpConfigError as exc:
         warn(f"{exc}; its MCP servers are not used")
-        project = []
+        servers = []
     user = parse_servers({"mcpServers": user_servers}, "user", "~/.agent-code/settings.json")
-    return merge(project, user, cli)
+    return merge(servers, user, cli)
 
 
 def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_values: list[str], *, repl: bool,
                     ask: Callable[..., bool] | None = None, version: str = "0",
-                    warn: Callable[[str], None] = _warn) -> McpManager | None:
+                    warn: Callable[[str], None] = _warn, project: bool = True) -> McpManager | None:
     """Start the session's MCP servers and add their tools to ``agent``; the
-    :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none."""
+    :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none.
+    ``project``: the project's ``.mcp.json`` is read (a folder the user trusts)."""
     from agent_code.agent.settings import user_dir
     from agent_code.mcp import (APPROVALS_FILE, FAILED, INVALID, NOT_APPROVED, NOT_STARTED, ApprovalStore, McpManager,
                                 plan, start_servers)
     from agent_code.mcp.config import printable
 
-    servers = configured_servers(root, getattr(settings, "mcp_servers", {}) or {}, cli_values, warn)
+    servers = configured_servers(root, getattr(settings, "mcp_servers", {}) or {}, cli_values, warn, project)
     if not servers:
         return None
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=repl, ask=ask, warn=warn)
@@ -142,20 +144,26 @@ def mcp(ctx: typer.Context, cwd: Optional[Path] = CWD, mcp_config: Optional[List
 def list_(cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -> None:
     """Each server: where it is configured, whether it is approved, starts or fails, and its tools."""
     from agent_code import __version__
-    from agent_code.agent.settings import SettingsError, load_trusted_settings, user_dir
+    from agent_code.agent.settings import SettingsError, folder_trusted, load_trusted_settings, user_dir
+    from agent_code.mcp.config import PROJECT_FILE
     from agent_code.mcp import (APPROVALS_FILE, ApprovalStore, McpConfigError, McpManager, describe_servers, plan,
                                 start_servers)
 
     root = project_dir("mcp", cwd, _given.get("cwd"))
+    trusted = folder_trusted(root)
     try:
-        settings = load_trusted_settings(root, warn=_warn)
-        servers = configured_servers(root, settings.mcp_servers, list(mcp_config or _given.get("mcp_config") or []))
+        settings = load_trusted_settings(root, warn=_warn, project_trusted=trusted)
+        servers = configured_servers(root, settings.mcp_servers, list(mcp_config or _given.get("mcp_config") or []),
+                                     project=trusted)
     except (SettingsError, McpConfigError) as exc:
         fail("mcp", str(exc))
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=True)
     with McpManager(root, client_version=__version__) as manager:
         start_servers(manager, planned)
         print("\n".join(describe_servers(manager)))
+    if not trusted and ((root / PROJECT_FILE).exists() or (root / PROJECT_FILE).is_symlink()):
+        print(f"{PROJECT_FILE}: not used: the folder is not trusted (agent-code --trust-project, or answer yes at "
+              "the REPL's start there)")
 
 
 def main(argv: list[str]) -> None:

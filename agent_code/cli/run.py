@@ -6,7 +6,9 @@ usage · 3 stopped at ``--max-steps`` · 130 interrupted.
 Each run is a session (``agent/sessions.py``): its turns go to
 ``<project>/.agent/sessions/<id>.jsonl`` as they happen; ``-c`` continues the latest one,
 ``--resume ID`` a given one. The system prompt carries the project's memory
-(``agent/memory.py``); the agent compacts its context near ``--context-window``.
+(``agent/memory.py``); the agent compacts its context near ``--context-window``. The
+project's own settings, hooks, skills and MCP servers are used only in a folder the user
+trusts (``cli/trust.py``: asked once in the REPL, ``--trust-project``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ def run(
         None, "--mcp-config", metavar="FILE",
         help="MCP servers for this run: a JSON file (or string) with mcpServers, as in .mcp.json; may be "
              "repeated. A run with a prompt starts only these and the user's own (~/.agent-code/settings.json)."),
+    trust_project: Optional[bool] = typer.Option(
+        None, "--trust-project/--no-trust-project",
+        help="Trust this folder's own configuration (its .agent/settings*.json, hooks, .agents/skills and "
+             ".mcp.json) and record that, as answering yes at the REPL's start does; a folder never trusted "
+             "is otherwise used without it, headless. --no-trust-project: use none of it (but its deny and "
+             "ask rules) even in a trusted folder."),
     continue_session: bool = typer.Option(False, "--continue", "-c",
                                           help="Continue the most recent session of this project."),
     resume: Optional[str] = typer.Option(None, "--resume", metavar="ID",
@@ -203,8 +211,13 @@ def run(
         if test_command is not None:  # every file change is followed by a test run
             agent.after_tool.append(auto_test(agent, test_command))
         agent.on_stop.append(block_edits(agent))  # a file it answers with in a code block is written
-    try:  # permission rules, defaultMode, hooks and skills (agent/settings.py)
-        settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None)
+    try:  # the folder's trust (cli/trust.py), then permission rules, defaultMode, hooks and skills (agent/settings.py)
+        from agent_code.cli.trust import decide, folder_question
+
+        trusted = decide(root, flag=trust_project, ask=folder_question() if prompt is None else None,
+                         current_session=session.path if session is not None else None)
+        settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None,
+                                      project_trusted=trusted)
     except SettingsError as exc:
         fail(str(exc))
     if profile == "small" and prompt is not None:  # the files the task names, as the session's policy allows
@@ -225,7 +238,8 @@ def run(
 
     try:  # MCP servers and their tools (agent_code/mcp): the project's only in the REPL, approved
         mcp = session_servers(agent, root, settings, mcp_config or [], repl=prompt is None,
-                              ask=mcp_question() if prompt is None else None, version=__version__)
+                              ask=mcp_question() if prompt is None else None, version=__version__,
+                              project=trusted)
     except McpConfigError as exc:
         fail(str(exc))
     try:

@@ -9,7 +9,8 @@ no network); the client's own dependencies (anthropic, typer, rich, httpx, promp
 with the image (``scripts/docker-setup.sh`` puts them in the project's image), and a docker
 image without them is a clear launch error; a sandbox that can download (E2B) gets them from
 PyPI (``CLIENT_DEPS``, the image's pins). ``AGENT_CODE_PIP_SPEC`` installs that pip spec instead
-(with its dependencies: a sandbox with network only). Its stream-json output (one event per line: ``system/init``,
+(with its dependencies: a sandbox with network only). It runs with ``--no-trust-project``: a
+task repository's own settings, hooks, skills and MCP servers are not used. Its stream-json output (one event per line: ``system/init``,
 ``assistant``, ``tool_use``, ``tool_result``, ``result``) is the run log.
 """
 
@@ -79,7 +80,10 @@ class AgentCodeHarness(CliHarness):
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
                 "--model", launch.model, "--output-format", "stream-json", "--max-steps", str(launch.max_steps),
                 "--permission-mode", "bypassPermissions", "--no-session-persistence", "-C", launch.workdir,
-                "--tool-profile", launch.tool_profile]
+                "--tool-profile", launch.tool_profile,
+                # the task's own .agent/, .agents/skills and .mcp.json configure nothing: the run is
+                # what these flags say, whatever the task's repository carries (cli/trust.py)
+                "--no-trust-project"]
         return f"{shlex.join(argv)} < {shlex.quote(launch.prompt_path)}"
 
     def env(self, launch: Launch) -> dict[str, str]:

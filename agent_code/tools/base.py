@@ -105,6 +105,9 @@ class ToolContext:
     # set by the agent loop before each call: the call runs only because its command is
     # read-only (plan mode), so the bash tool neutralises the config that names programs
     read_only_commands: bool = False
+    # the project's own skills (.agents/skills) may be loaded: False in a folder the user has not
+    # trusted (agent/trust.py; set by agent/settings.py's configure_agent)
+    project_skills: bool = True
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()

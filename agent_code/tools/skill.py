@@ -1,7 +1,8 @@
 """The ``skill`` tool (kind ``read``): the full instructions of one installed skill.
 
 Skills are found by ``agent_code.tools.skills`` (``.agents/skills/*/SKILL.md`` in the
-project, ``~/.agent-code/skills/*/SKILL.md``); their names and descriptions are listed in
+project — in a folder the user trusts: ``ToolContext.project_skills`` — and
+``~/.agent-code/skills/*/SKILL.md``); their names and descriptions are listed in
 the system prompt, and this tool loads a body when the model needs it.
 """
 
@@ -20,7 +21,7 @@ def skill(
 ) -> str:
     """Load the full instructions of a skill listed under 'Skills' in the system prompt,
     then follow them. If the system prompt lists no skills, none are installed."""
-    skills = find_skills(ctx.root)
+    skills = find_skills(ctx.root, project=ctx.project_skills)
     chosen = next((s for s in skills if s.name == name), None)
     if chosen is None:
         chosen = next((s for s in skills if s.name.lower() == name.strip().lower()), None)

@@ -2,7 +2,7 @@
 
 Where they are found (a project skill wins over a user skill of the same name)::
 
-    <project>/.agents/skills/<dir>/SKILL.md
+    <project>/.agents/skills/<dir>/SKILL.md     only in a folder the user trusts (agent/trust.py)
     ~/.agent-code/skills/<dir>/SKILL.md
 
 A ``SKILL.md`` starts with a small front matter, then the instructions::
@@ -88,14 +88,25 @@ def read_skill(path: Path, source: str) -> Skill:
     return Skill(name, " ".join(description.split()), path, source)
 
 
-def skill_dirs(root: Path, home: Path | None = None) -> list[tuple[Path, str]]:
-    return [(Path(root) / PROJECT_SKILLS, "project"), ((home or Path.home()) / USER_SKILLS, "user")]
+def skill_dirs(root: Path, home: Path | None = None, project: bool = True) -> list[tuple[Path, str]]:
+    user = [((home or Path.home()) / USER_SKILLS, "user")]
+    return [(Path(root) / PROJECT_SKILLS, "project"), *user] if project else user
 
 
-def find_skills(root: Path, home: Path | None = None) -> list[Skill]:
-    """Installed skills, sorted by name; unreadable or badly named ones are skipped."""
+def project_skills(root: Path) -> list[Skill]:
+    """The project's own skills (``.agents/skills``), as :func:`find_skills` would read them."""
+    return _read_dirs([(Path(root) / PROJECT_SKILLS, "project")])
+
+
+def find_skills(root: Path, home: Path | None = None, project: bool = True) -> list[Skill]:
+    """Installed skills, sorted by name; unreadable or badly named ones are skipped.
+    ``project``: the project's too (a folder the user trusts: ``agent/trust.py``)."""
+    return _read_dirs(skill_dirs(root, home, project))
+
+
+def _read_dirs(dirs: list[tuple[Path, str]]) -> list[Skill]:
     found: dict[str, Skill] = {}
-    for base, source in skill_dirs(root, home):
+    for base, source in dirs:
         if not base.is_dir():
             continue
         for path in sorted(base.glob(f"*/{SKILL_FILE}")):
