@@ -326,6 +326,13 @@ DENIED_COMMANDS = [
     "yes | agent-code settings accept",
     "python3 -m agent_code settings accept",
     "script -qc 'agent-code settings accept' /dev/null",
+    # trusting a folder writes the trust store too (issue 41): as written, after quote removal,
+    # through python -m, inside bash -c
+    "agent-code --trust-project -p hi",
+    "python3 -m agent_code -C ../other --trust-project -p x",
+    "agent-code --trust-pro''ject -p x",
+    "agent-code \"--trust-project\" -p x",
+    "bash -c 'agent-code -p x --trust-project'",
 ]
 
 
@@ -398,7 +405,7 @@ ALLOWED_COMMANDS = [
     "git config --get core.bare", "git config --list", "cd src && echo x > out.txt", "mkdir -p .agents/other",
     "sed -i s/a/b/ src/app.py", "echo x 2>&1 > /dev/null", "head -n 3 .git/config", "cp -r src /tmp/backup",
     "touch .gitignore", "echo x > .github/x.yml", "cat .gitconfig.example", "stat .agent/settings.json",
-    "agent-code permissions check -- git push", "agent-code settings status",
+    "agent-code permissions check -- git push", "agent-code settings status", "agent-code --no-trust-project -p hi",
     "echo x > \"$TMPDIR/out.txt\"", "sort -o ${TMPDIR}/sorted src/app.py",
 ]
 

@@ -55,8 +55,9 @@ neither subshells nor the order of ``&&``/``||`` lists matter:
   ``git config`` that sets something (it writes ``.git/config`` or ``~/.gitconfig``),
   ``git init --template`` (it installs hooks), a recursive ``cp``/``rsync`` into the
   project or home of a tree that holds ``.git``/``.agent``/``.agents``, ``mv`` of the
-  project itself or a directory above it, and ``agent-code settings accept`` (the agent
-  accepting its own settings change; agent-code run under ``script``/``tmux``/``expect``,
+  project itself or a directory above it, ``agent-code settings accept`` and
+  ``agent-code --trust-project`` (the agent accepting its own settings change, or trusting a
+  folder for the user; agent-code run under ``script``/``tmux``/``expect``,
   which could answer the REPL's question, is asked) — **deny**;
 * any other command that names a protected path as an argument (``tar -C .git -x``,
   ``git checkout old -- .agent/settings.json``, ``env -C .agent …``) unless it only reads
@@ -1108,6 +1109,9 @@ def _find_deletes_broadly(argv: tuple[str, ...]) -> bool:
 
 _ACCEPTS_SETTINGS: Final = re.compile(r"(?is)agent[-_]code\b.*\bsettings\b.*\baccept\b")
 _RUNS_ITSELF: Final = re.compile(r"(?i)agent[-_]code")
+# agent-code trusting a folder for the user (it writes the trust store): the flag as written or
+# as a word after quote removal (``--trust-pro''ject``), ``=value`` forms included
+_TRUSTS_FOLDER: Final = re.compile(r"(?i)(?<![\w-])--trust-project(?:=\S*)?(?![\w-])")
 PTY_PROGRAMS: Final = frozenset({"script", "unbuffer", "expect", "socat", "tmux", "screen", "empty", "pty", "ptyrun",
                           "zpty", "faketty"})
 
@@ -1118,6 +1122,9 @@ def _accepts_settings(analysis: Analysis) -> Finding | None:
     gives it a terminal (``script``, ``tmux``, ``expect`` …), where its start-up question
     about changed settings could be answered by the agent."""
     text = analysis.text
+    if _TRUSTS_FOLDER.search(text) or any(_TRUSTS_FOLDER.fullmatch(w) for c in analysis.commands for w in c.argv):
+        return Finding("deny", "the user's trust of a project folder (~/.agent-code/trust/)",
+                       "agent-code --trust-project")
     # both patterns need "agent" (no letter of it has a non-ASCII case variant that
     # re.IGNORECASE would match): a line without it skips the two scans of the whole text
     if "agent" not in text.lower():
