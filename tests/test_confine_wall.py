@@ -136,7 +136,9 @@ def test_contains_write(wall, project, tmp_path):
     assert not wall.contains_write("out/passwd")   # the link leads to the read-only root
     assert not wall.contains_write(".git/hooks/pre-commit") and not wall.contains_write(".git/config")
     assert not wall.contains_write(".agent/settings.json") and not wall.contains_write("/etc/passwd")
-    assert not wall.contains_write(Path(os.environ["HOME"]) / ".bashrc")
+    assert not wall.contains_write("/root/.bashrc") and not wall.contains_write("/var/lib/x")
+    # this test's home lies under /tmp: inside, that is the session's private /tmp (contained)
+    assert wall.contains_write(Path(os.environ["HOME"]) / ".bashrc")
     assert wall.contains_write(".git/objects/x")   # commits work
 
 

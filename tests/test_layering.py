@@ -169,12 +169,12 @@ def test_every_module_imports():
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from agent_code.agent.loop import Agent\n", "tools (layer 7) imports agent_code.agent.loop (agent"),
-    ("def f():\n    from agent_code.cli import run\n", "tools (layer 7) imports agent_code.cli ("),
+    ("from agent_code.agent.loop import Agent\n", "tools (layer 8) imports agent_code.agent.loop (agent"),
+    ("def f():\n    from agent_code.cli import run\n", "tools (layer 8) imports agent_code.cli ("),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent_code.policy.rules\n",
-     "tools (layer 7) imports agent_code.policy.rules (policy"),
-    ("from .. import demo\n", "tools (layer 7) imports agent_code.demo (demo"),
-    ("from ..rollout.export import reward_text\n", "tools (layer 7) imports agent_code.rollout.export ("),
+     "tools (layer 8) imports agent_code.policy.rules (policy"),
+    ("from .. import demo\n", "tools (layer 8) imports agent_code.demo (demo"),
+    ("from ..rollout.export import reward_text\n", "tools (layer 8) imports agent_code.rollout.export ("),
 ])
 def test_an_upward_import_is_caught(source, expected):
     """The check can fail: a module of ``tools`` with one upward import (top level, lazy,

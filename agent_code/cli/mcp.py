@@ -4,7 +4,7 @@ would have, their state and their tools; and the MCP part of a session's start
 
 ``list`` starts what the REPL would start — the user's servers (``~/.agent-code/settings.json``
 ``mcpServers``), those of ``--mcp-config``, and the project's (``.mcp.json``) that the user
-approved — prints each server (scope, file, what runs, ``connected`` with its tools and
+approved (stdio servers inside the OS sandbox, as in a session: agent_code/confine) — prints each server (scope, file, what runs, ``connected`` with its tools and
 their kinds, or ``failed``/``not approved``/``declined`` with why) and stops them again.
 It never asks: approving a project server is the REPL's, on a terminal.
 Exit codes: 0 listed, 1 a servers file that cannot be read.
@@ -24,6 +24,7 @@ from agent_code.cli.project import fail, project_dir
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
     from agent_code.agent.settings import Settings
+    from agent_code.confine import Wall
     from agent_code.mcp import McpManager, ServerConfig
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -57,7 +58,7 @@ def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: lis
 
 def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_values: list[str], *, repl: bool,
                     ask: Callable[[ServerConfig], bool] | None = None, version: str = "0",
-                    warn: Callable[[str], None] = _warn) -> McpManager | None:
+                    warn: Callable[[str], None] = _warn, wall: Wall | None = None) -> McpManager | None:
     """Start the session's MCP servers and add their tools to ``agent``; the
     :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none."""
     from agent_code.agent.settings import user_dir
@@ -68,7 +69,7 @@ def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_val
     if not servers:
         return None
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=repl, ask=ask, warn=warn)
-    manager = McpManager(root, client_version=version)
+    manager = McpManager(root, client_version=version, wall=wall)
     start_servers(manager, planned)
     for state in manager.servers.values():
         if state.status in (FAILED, INVALID):
@@ -136,7 +137,10 @@ def list_(cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -
     except (SettingsError, McpConfigError) as exc:
         fail("mcp", str(exc))
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=True)
-    with McpManager(root, client_version=__version__) as manager:
+    from agent_code.cli.sandbox import session_wall
+
+    wall = session_wall(root, settings.sandbox) if any(p.start for p in planned) else None
+    with McpManager(root, client_version=__version__, wall=wall) as manager:
         start_servers(manager, planned)
         print("\n".join(describe_servers(manager)))
 

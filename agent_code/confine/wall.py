@@ -164,17 +164,6 @@ class NoWall:
                 "(or AGENT_CODE_SANDBOX=0).")
 
 
-@dataclass(frozen=True)
-class _Mount:
-    path: Path
-    kind: str      # "rw", "ro" (bound read-only), "self" (rw onto itself), "tmp" (private), "hide"
-    source: Path | None = None
-
-    @property
-    def writable(self) -> bool:
-        return self.kind in ("rw", "self", "tmp")
-
-
 _KIND_ORDER = {"tmp": 0, "ro-back": 1, "rw": 2, "self": 3, "ro": 4}
 
 
@@ -352,7 +341,7 @@ class Wall:
 
     def _back_binds(self, paths: list[Path]) -> list[tuple[Path, str, Path | None]]:
         """Read-only binds of host paths that the private dirs would hide (outside writable roots)."""
-        out = []
+        out: list[tuple[Path, str, Path | None]] = []
         for path in paths:
             real = Path(os.path.realpath(path))
             if os.path.isdir(real) and self._under_private(real) and not any(_inside(real, w) for w in self.writable):

@@ -11,6 +11,9 @@ image without them is a clear launch error; a sandbox that can download (E2B) ge
 PyPI (``CLIENT_DEPS``, the image's pins). ``AGENT_CODE_PIP_SPEC`` installs that pip spec instead
 (with its dependencies: a sandbox with network only). Its stream-json output (one event per line: ``system/init``,
 ``assistant``, ``tool_use``, ``tool_result``, ``result``) is the run log.
+
+It runs with ``--no-sandbox``: the rollout's sandbox is the wall there (own root, own network,
+a seccomp filter that refuses the user namespaces bubblewrap would need to nest inside it).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class AgentCodeHarness(CliHarness):
     def command(self, launch: Launch) -> str:
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
                 "--model", launch.model, "--output-format", "stream-json", "--max-steps", str(launch.max_steps),
+                "--no-sandbox",
                 "--permission-mode", "bypassPermissions", "--no-session-persistence", "-C", launch.workdir,
                 "--tool-profile", launch.tool_profile]
         return f"{shlex.join(argv)} < {shlex.quote(launch.prompt_path)}"

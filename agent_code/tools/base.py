@@ -35,6 +35,9 @@ from typing import Annotated, Any, Callable, Literal, get_args, get_origin
 
 from agent_code.types import ToolCall, ToolResult
 
+if typing.TYPE_CHECKING:
+    from agent_code.confine import Wall
+
 MAX_RESULT_CHARS = 30_000
 
 
@@ -105,6 +108,8 @@ class ToolContext:
     # set by the agent loop before each call: the call runs only because its command is
     # read-only (plan mode), so the bash tool neutralises the config that names programs
     read_only_commands: bool = False
+    # the OS sandbox the bash tool's commands run in (agent_code/confine); None: unconfined
+    wall: Wall | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
