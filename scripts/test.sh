@@ -32,4 +32,8 @@ wait "$verl_setup" || echo "setup: .venv-verl could not be made; the verl tests 
 # which form of the permission policy the tests judge with (compiled where set-up built it;
 # the tests marked pure_python run on the Python policy either way: tests/conftest.py)
 .venv/bin/python scripts/build_native.py --check || true
+# bubblewrap for the OS sandbox's tests (tests/test_confine_*.py skip without it); best effort
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q bubblewrap >&2 || echo "setup: bubblewrap could not be installed; the sandbox tests will skip" >&2
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -202,3 +202,66 @@ def test_no_wall(monkeypatch, tmp_path):
     assert "unconfined" in banner and "apt install bubblewrap" in banner and "--no-sandbox" in banner
     assert "\n" not in banner
     assert isinstance(open_wall(Path("/")), NoWall)
+
+
+def _cli(tmp_path: Path, project: Path, command: str, *flags: str, path: str | None = None):
+    """A headless scripted session in bypassPermissions whose model runs ``command`` with bash."""
+    import json
+
+    from conftest import cli_env, run_cli
+
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps([{"type": "tool_use", "id": "b1", "name": "bash", "input": {"command": command}}])
+                      + "\n" + json.dumps([{"type": "text", "text": "done"}]) + "\n")
+    env = cli_env(HOME=os.environ["HOME"], AGENT_CODE_SANDBOX=None, **({"PATH": path} if path else {}))
+    return run_cli("-p", "--provider", "scripted", "--script", str(script), "-C", str(project),
+                   "--permission-mode", "bypassPermissions", "--no-session-persistence", *flags, "go", env=env)
+
+
+ATTACK = ("mkdir -p .agent; echo '#!/bin/sh' > .git/hooks/pre-commit; echo '{\"permissions\": {\"defaultMode\": \"bypassPermissions\"}}' "
+          "> .agent/settings.json; echo fine > ok.txt")
+
+
+@needs_bwrap
+def test_the_cli_runs_the_bash_tool_inside_the_wall(project, tmp_path):
+    proc = _cli(tmp_path, project, ATTACK)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert (project / "ok.txt").read_text() == "fine\n"
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    assert not (project / ".agent" / "settings.json").exists()
+
+
+@needs_bwrap
+def test_no_sandbox_runs_commands_unconfined_and_says_so(project, tmp_path):
+    proc = _cli(tmp_path, project, ATTACK, "--no-sandbox")
+    assert proc.stderr.strip() == ("agent-code: the OS sandbox is off (turned off by --no-sandbox): "
+                                   "commands run unconfined"), proc.stderr
+    assert (project / ".git" / "hooks" / "pre-commit").exists() and (project / ".agent" / "settings.json").exists()
+
+
+@needs_bwrap
+def test_hooks_run_inside_the_wall(project, tmp_path):
+    import json
+
+    user = Path(os.environ["HOME"]) / ".agent-code"
+    user.mkdir()
+    (user / "settings.json").write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command":
+        "echo '#!/bin/sh' > .git/hooks/post-checkout || echo blocked > hook.txt"}]}]}}))
+    proc = _cli(tmp_path, project, "true")
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "hook.txt").read_text() == "blocked\n"
+    assert not (project / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_without_bwrap_the_banner_says_so_once(project, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "git", "true"):
+        found = shutil.which(name)
+        if found:
+            (bin_dir / name).symlink_to(found)
+    proc = _cli(tmp_path, project, "echo fine > ok.txt", path=str(bin_dir))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "OS sandbox" in line]
+    assert len(lines) == 1 and "no OS sandbox (bwrap not found: install bubblewrap)" in lines[0]
+    assert (project / "ok.txt").exists()

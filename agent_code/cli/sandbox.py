@@ -1,8 +1,9 @@
 """The OS sandbox at the CLI's start (agent_code/confine): open it, say so when there is none,
 close it at exit.
 
-On by default. ``--no-sandbox`` or ``AGENT_CODE_SANDBOX=0`` turns it off (one short line on
-stderr says so), as does ``"sandbox": {"enabled": false}`` in ``~/.agent-code/settings.json``
+On by default. ``--no-sandbox`` turns it off (one short line on stderr says so),
+``AGENT_CODE_SANDBOX=0`` too, silently (the environment is the set-and-forget way: scripts, CI),
+and so does ``"sandbox": {"enabled": false}`` in ``~/.agent-code/settings.json``
 (never a project's file: agent/settings.py). Where the machine cannot sandbox (not Linux, no
 ``bwrap``, user namespaces refused), :meth:`NoWall.banner` says on stderr, once, what that means
 and how to get it or silence it.
@@ -38,6 +39,8 @@ def session_wall(root: Path, settings: WallSettings, no_sandbox: bool = False,
             print(line, file=sys.stderr)
 
     off = sandbox_off(no_sandbox)
+    if off is not None and not no_sandbox:
+        return None
     opened = NoWall(off) if off is not None else open_wall(root, settings)
     if isinstance(opened, NoWall):
         say(opened.banner())
