@@ -24,4 +24,8 @@ export PATH="$PWD/.venv/bin:$PATH"   # the venv's rg, so grep's ripgrep path is 
 # types: mypy's findings fail it too ([tool.mypy] in pyproject.toml says how strict)
 .venv/bin/mypy --no-error-summary
 wait "$verl_setup" || echo "setup: .venv-verl could not be made; the verl tests will say VERL NOT TESTED" >&2
+# bubblewrap for the OS sandbox's tests (tests/test_confine_*.py skip without it); best effort
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q bubblewrap >&2 || echo "setup: bubblewrap could not be installed; the sandbox tests will skip" >&2
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -67,7 +67,11 @@ class Box:
         self.trust_first_run = True  # the first run trusts the folder (--trust-project), as the user would
 
     def env(self) -> dict[str, str]:
-        return cli_env(HOME=str(self.home))
+        # without the OS sandbox (AGENT_CODE_SANDBOX=0): these tests are about the trust store,
+        # the wall for a machine where a session's commands *can* write the settings files and
+        # touch files outside the project (no bubblewrap, --no-sandbox); with the sandbox on those
+        # writes fail (tests/test_confine_attacks.py, tests/test_confine_wall.py)
+        return cli_env(HOME=str(self.home), AGENT_CODE_SANDBOX="0")
 
     def run(self, *turns, flags: tuple[str, ...] = (), persist: bool = True):
         """A headless run (``-p``, stream-json) of a scripted model; (process, events)."""

@@ -10,7 +10,8 @@ Shape (as in Claude Code)::
 
 ``matcher`` is a regular expression that must match the whole tool name (``edit_file|
 write_file``, ``.*_file``); empty, missing or ``*`` matches every tool (Stop has none).
-Each command runs with ``bash -c`` in the project directory, with
+Each command runs with ``bash -c`` in the project directory (inside the OS sandbox,
+:mod:`agent_code.confine`, when the session has one: no network, the project writable), with
 ``AGENT_CODE_PROJECT_DIR`` (and ``CLAUDE_PROJECT_DIR``) set, and gets one JSON object on
 stdin::
 
@@ -47,6 +48,7 @@ from agent_code.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from agent_code.agent.loop import AgentResult
+    from agent_code.confine import Wall
     from agent_code.tools.base import Tool
 
 EVENTS = ("PreToolUse", "PostToolUse", "Stop")
@@ -131,12 +133,15 @@ def parse_hooks(section: object, source: str = "") -> dict[str, list[HookMatcher
     return out
 
 
-def run_hook(hook: HookCommand, payload: dict[str, Any], cwd: Path) -> HookOutcome:
+def run_hook(hook: HookCommand, payload: dict[str, Any], cwd: Path, wall: Wall | None = None) -> HookOutcome:
     """Run one hook command with ``payload`` as JSON on stdin, in its own process group
-    (killed whole at the timeout or on Ctrl-C)."""
+    (killed whole at the timeout or on Ctrl-C), inside ``wall`` when given."""
     env = {**os.environ, "AGENT_CODE_PROJECT_DIR": str(cwd), "CLAUDE_PROJECT_DIR": str(cwd)}
+    argv = ["bash", "-c", hook.command]
+    if wall is not None:
+        argv, env = wall.wrap(argv, env)
     try:
-        proc = subprocess.Popen(["bash", "-c", hook.command], cwd=cwd, env=env, stdin=subprocess.PIPE,
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     except OSError as exc:
@@ -175,6 +180,7 @@ class Hooks:
     session: Callable[[], dict[str, Any]] = dict  # {"session_id", "transcript_path"} when known
     report: Callable[[str], None] = _report_to_stderr
     max_stop_continuations: int = MAX_STOP_CONTINUATIONS
+    wall: Wall | None = None   # the OS sandbox the hook commands run in (None: unconfined)
     stop_continuations: int = field(default=0, init=False)
 
     def __bool__(self) -> bool:
@@ -188,7 +194,7 @@ class Hooks:
             if not matcher.matches(tool_name):
                 continue
             for hook in matcher.hooks:
-                outcome = run_hook(hook, {**base, **payload}, self.cwd)
+                outcome = run_hook(hook, {**base, **payload}, self.cwd, self.wall)
                 if outcome.code not in (0, BLOCK):
                     why = outcome.error or f"exited {outcome.code}"
                     detail = f": {outcome.stderr.strip()}" if outcome.stderr.strip() else ""

@@ -17,12 +17,22 @@ Shape (a subset of Claude Code's; other top-level keys are ignored)::
       },
       "hooks": {"PreToolUse": [...], "PostToolUse": [...], "Stop": [...]},
       "mcpServers": {"name": {"command": "...", "args": [...]}}    (the user's file only: agent_code/mcp)
+      "sandbox": {"enabled": true, "allowed_domains": [...], "writable": [...], "deny_read": [...]}
     }
 
 The project's two files take effect only in a folder the user trusts (``agent/trust.py``):
 in one never trusted, only their deny and ask rules are used (:func:`folder_trusted`,
 :func:`trust_folder`; the question and the ``--trust-project`` flag are the CLI's,
-``cli/trust.py``). Only versions the user trusts take effect: a file that changed since the
+``cli/trust.py``).
+
+``sandbox`` (read by :func:`agent_code.confine.wall_settings`) configures the OS sandbox the
+agent's commands run in. Only the user's own file may loosen it: ``enabled: false``,
+``writable`` and ``allowed_domains`` are taken from ``~/.agent-code/settings.json`` alone; in a
+project's files (``.agent/settings.json`` comes with a clone, and ``settings.local.json`` can
+be committed too) they are ignored with a warning, and only ``deny_read`` (which hides more)
+is added.
+
+Only versions the user trusts take effect: a file that changed since the
 user last accepted it — whoever changed it: a session of the agent, a process it left
 behind, a checkout, the user's own editor — is asked about at the REPL's start, and in a run
 with a prompt (``-p``, rollouts) the last accepted version is used instead (plus the new
@@ -52,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from agent_code.agent.hooks import HookConfigError, HookMatcher, Hooks, parse_hooks
+from agent_code.confine import WallSettings, wall_settings
 from agent_code.agent.trust import (TRUST_DIR, Change, Review, SettingsFile, TrustStore, drop_hooks_running,
                                     hook_scripts, read_version, review, version_digest, visible)
 from agent_code.policy import RuleSet
@@ -59,6 +70,7 @@ from agent_code.policy.settings import SettingsError, by_precedence, read_permis
 
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
+    from agent_code.confine import Wall
 
 USER_DIR = ".agent-code"
 PROJECT_DIR = ".agent"
@@ -88,6 +100,8 @@ class Settings:
     unaccepted: list[str] = field(default_factory=list)  # files whose current version was not used
     # the user's own MCP servers ("mcpServers" of ~/.agent-code/settings.json, as written; agent_code/mcp)
     mcp_servers: dict[str, Any] = field(default_factory=dict)
+    # the OS sandbox's settings (agent_code/confine): loosened only by the user's own file
+    sandbox: WallSettings = field(default_factory=WallSettings)
 
 
 def read_settings_file(path: Path, label: str) -> dict[str, Any] | None:
@@ -125,6 +139,8 @@ def merge_settings(layers: list[tuple[str, dict[str, Any]]]) -> Settings:
         elif servers is not None:
             out.warnings.append(f"{label}: \"mcpServers\" is read only from ~/{USER_DIR}/settings.json (an "
                                 "object of servers); a project's servers go in .mcp.json")
+        if "sandbox" in data:
+            _merge_sandbox(out, data["sandbox"], label)
         try:
             for event, matchers in parse_hooks(data.get("hooks"), label).items():
                 out.hooks.setdefault(event, []).extend(matchers)
@@ -132,6 +148,29 @@ def merge_settings(layers: list[tuple[str, dict[str, Any]]]) -> Settings:
             raise SettingsError(str(exc)) from None
     by_precedence(out.rules.rules)
     return out
+
+
+def _merge_sandbox(out: Settings, section: object, label: str) -> None:
+    """Merge one file's ``sandbox`` section into ``out`` (module doc: only the user's file loosens)."""
+    try:
+        parsed = wall_settings(section, label)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    current = out.sandbox
+    if label.startswith(f"~/{USER_DIR}/"):
+        out.sandbox = WallSettings(enabled=parsed.enabled if isinstance(section, dict) and "enabled" in section
+                                   else current.enabled,
+                                   allowed_domains=current.allowed_domains + parsed.allowed_domains,
+                                   writable=current.writable + parsed.writable,
+                                   deny_read=current.deny_read + parsed.deny_read)
+        return
+    ignored = [key for key, given in (("enabled: false", not parsed.enabled), ("writable", parsed.writable),
+                                      ("allowed_domains", parsed.allowed_domains)) if given]
+    if ignored:
+        out.warnings.append(f"{label}: sandbox {', '.join(ignored)} ignored: a project's settings may only hide "
+                            f"more (deny_read); loosen the sandbox in ~/{USER_DIR}/settings.json")
+    out.sandbox = WallSettings(current.enabled, current.allowed_domains, current.writable,
+                               current.deny_read + parsed.deny_read)
 
 
 def load_settings(root: Path, home: Path | None = None) -> Settings:
@@ -401,9 +440,9 @@ def load_trusted_settings(root: Path, home: Path | None = None, *, accept: Calla
 
 def configure_agent(agent: Agent, settings: Settings, root: Path, *, mode_from_cli: bool = False,
                     home: Path | None = None, report: Callable[[str], None] | None = None,
-                    project_skills: bool = True) -> Hooks:
+                    project_skills: bool = True, wall: Wall | None = None) -> Hooks:
     """Wire ``settings`` (and the installed skills: the project's only with ``project_skills``,
-    for a trusted folder) into ``agent``; returns its hooks."""
+    for a trusted folder) into ``agent``; returns its hooks, which run inside ``wall`` when given."""
     from agent_code.agent.prompt import skills_prompt
     from agent_code.tools.skills import find_skills
 
@@ -419,7 +458,7 @@ def configure_agent(agent: Agent, settings: Settings, root: Path, *, mode_from_c
             return {}
         return {"session_id": session.id, "transcript_path": str(session.path)}
 
-    hooks = Hooks(settings.hooks, Path(root), session=session_info)
+    hooks = Hooks(settings.hooks, Path(root), session=session_info, wall=wall)
     if report:
         hooks.report = report
     if hooks.config.get("PreToolUse"):
@@ -460,11 +499,14 @@ def mode_given_on_command_line(parameter: str = "permission_mode") -> bool:
 
 
 def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] | None = None,
-                       accept: Callable[[Change], bool] | None = None, *, project_trusted: bool) -> Settings:
+                       accept: Callable[[Change], bool] | None = None, *, project_trusted: bool,
+                       open_wall: Callable[[WallSettings], Wall | None] | None = None) -> Settings:
     """What the CLI does after building its agent: load the trusted settings of ``root``
     (:func:`load_trusted_settings`; ``accept``: the REPL's start-up question, None in a run
     with a prompt; ``project_trusted``: the folder's trust, decided by ``cli/trust.py``), print
-    their warnings, and :func:`configure_agent`. Raises :class:`SettingsError`."""
+    their warnings, and :func:`configure_agent`. Raises :class:`SettingsError`. ``open_wall``:
+    given the settings' ``sandbox`` section, the OS sandbox the session's commands run in (None:
+    none); it goes on ``agent.ctx.wall`` and the hooks."""
     import sys
 
     session = agent.session
@@ -472,6 +514,8 @@ def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] |
                                      project_trusted=project_trusted)
     for warning in settings.warnings:
         print(f"agent-code: warning: {warning}", file=sys.stderr)
+    wall = open_wall(settings.sandbox) if open_wall is not None else None
+    agent.ctx.wall = wall
     configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report,
-                    project_skills=project_trusted)
+                    project_skills=project_trusted, wall=wall)
     return settings

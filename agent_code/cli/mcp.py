@@ -7,7 +7,8 @@ would have, their state and their tools; and the MCP part of a session's start
 approved and whose files are still those approved, in a folder the user trusts
 (``cli/trust.py``) — prints each server (scope, file, what runs with secrets masked,
 ``connected`` with its tools and their kinds, or ``failed``/``not approved``/``declined``
-with why, e.g. "changed since you approved it: server.py") and stops them again.
+with why, e.g. "changed since you approved it: server.py") and stops them again. Stdio
+servers run inside the OS sandbox, as in a session (``agent_code/confine``).
 It never asks: approving a project server is the REPL's, on a terminal.
 Exit codes: 0 listed, 1 a servers file that cannot be read.
 """
@@ -26,6 +27,7 @@ from agent_code.cli.project import fail, project_dir
 if TYPE_CHECKING:
     from agent_code.agent.loop import Agent
     from agent_code.agent.settings import Settings
+    from agent_code.confine import Wall
     from agent_code.mcp import McpManager, ServerConfig, Verdict
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -60,7 +62,8 @@ def configured_servers(root: Path, user_servers: dict[str, Any], cli_values: lis
 
 def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_values: list[str], *, repl: bool,
                     ask: Callable[..., bool] | None = None, version: str = "0",
-                    warn: Callable[[str], None] = _warn, project: bool = True) -> McpManager | None:
+                    warn: Callable[[str], None] = _warn, project: bool = True,
+                    wall: Wall | None = None) -> McpManager | None:
     """Start the session's MCP servers and add their tools to ``agent``; the
     :class:`~agent_code.mcp.McpManager` (close it at the end), or None when there are none.
     ``project``: the project's ``.mcp.json`` is read (a folder the user trusts)."""
@@ -73,7 +76,7 @@ def session_servers(agent: Agent, root: Path, settings: Settings | None, cli_val
     if not servers:
         return None
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=repl, ask=ask, warn=warn)
-    manager = McpManager(root, client_version=version)
+    manager = McpManager(root, client_version=version, wall=wall)
     start_servers(manager, planned)
     for state in manager.servers.values():
         if state.status in (FAILED, INVALID):
@@ -158,7 +161,10 @@ def list_(cwd: Optional[Path] = CWD, mcp_config: Optional[List[str]] = CONFIG) -
     except (SettingsError, McpConfigError) as exc:
         fail("mcp", str(exc))
     planned = plan(root, servers, ApprovalStore(user_dir() / APPROVALS_FILE), repl=True)
-    with McpManager(root, client_version=__version__) as manager:
+    from agent_code.cli.sandbox import session_wall
+
+    wall = session_wall(root, settings.sandbox) if any(p.start for p in planned) else None
+    with McpManager(root, client_version=__version__, wall=wall) as manager:
         start_servers(manager, planned)
         print("\n".join(describe_servers(manager)))
     if not trusted and ((root / PROJECT_FILE).exists() or (root / PROJECT_FILE).is_symlink()):

@@ -110,6 +110,10 @@ def run(
     context_window: int = typer.Option(DEFAULT_CONTEXT_WINDOW, "--context-window", min=1000, metavar="N",
                                        help="The model's context window in tokens; older turns are "
                                             "summarized when the context reaches 80% of it."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox",
+                                    help="Run commands, hooks and MCP servers without the OS sandbox (bubblewrap: "
+                                         "writes only in the project and temp, no network) [env: "
+                                         "AGENT_CODE_SANDBOX=0]."),
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
@@ -122,6 +126,7 @@ def run(
     from agent_code.agent.settings import SettingsError, apply_cli_settings
     from agent_code.cli.render import make_renderer
     from agent_code.cli.repl import settings_question
+    from agent_code.cli.sandbox import wall_opener
     from agent_code.providers import ProviderError, create_provider
     from agent_code.tools import TOOL_PROFILES, ToolContext, default_tools
 
@@ -217,7 +222,7 @@ def run(
         trusted = decide(root, flag=trust_project, ask=folder_question() if prompt is None else None,
                          current_session=session.path if session is not None else None)
         settings = apply_cli_settings(agent, root, accept=settings_question() if prompt is None else None,
-                                      project_trusted=trusted)
+                                      project_trusted=trusted, open_wall=wall_opener(root, no_sandbox))
     except SettingsError as exc:
         fail(str(exc))
     if profile == "small" and prompt is not None:  # the files the task names, as the session's policy allows
@@ -239,7 +244,7 @@ def run(
     try:  # MCP servers and their tools (agent_code/mcp): the project's only in the REPL, approved
         mcp = session_servers(agent, root, settings, mcp_config or [], repl=prompt is None,
                               ask=mcp_question() if prompt is None else None, version=__version__,
-                              project=trusted)
+                              project=trusted, wall=agent.ctx.wall)
     except McpConfigError as exc:
         fail(str(exc))
     try:

@@ -13,3 +13,7 @@ Public face (filled in by :mod:`agent_code.confine.wall`):
 - :meth:`Wall.wrap` — an argv (and environment) that runs a program inside the wall;
 - :meth:`Wall.contains_write` — whether the wall lets a command write a path.
 """
+
+from agent_code.confine.wall import NoWall, Wall, WallSettings, open_wall, wall_settings
+
+__all__ = ["NoWall", "Wall", "WallSettings", "open_wall", "wall_settings"]

@@ -12,6 +12,9 @@ PyPI (``CLIENT_DEPS``, the image's pins). ``AGENT_CODE_PIP_SPEC`` installs that 
 (with its dependencies: a sandbox with network only). It runs with ``--no-trust-project``: a
 task repository's own settings, hooks, skills and MCP servers are not used. Its stream-json output (one event per line: ``system/init``,
 ``assistant``, ``tool_use``, ``tool_result``, ``result``) is the run log.
+
+It runs with ``--no-sandbox``: the rollout's sandbox is the wall there (own root, own network,
+a seccomp filter that refuses the user namespaces bubblewrap would need to nest inside it).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class AgentCodeHarness(CliHarness):
     def command(self, launch: Launch) -> str:
         argv = [self.python, "-m", "agent_code", "-p", "--provider", "anthropic", "--base-url", launch.base_url,
                 "--model", launch.model, "--output-format", "stream-json", "--max-steps", str(launch.max_steps),
+                "--no-sandbox",
                 "--permission-mode", "bypassPermissions", "--no-session-persistence", "-C", launch.workdir,
                 "--tool-profile", launch.tool_profile,
                 # the task's own .agent/, .agents/skills and .mcp.json configure nothing: the run is

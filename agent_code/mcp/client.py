@@ -1,8 +1,9 @@
 """The MCP client: the official ``mcp`` SDK's async sessions, run for a synchronous agent.
 
 :class:`McpManager` owns one asyncio event loop in a daemon thread. Each server gets a task
-there that enters the SDK's ``Client`` (a stdio subprocess in the project directory, or a
-Streamable HTTP endpoint), lists the server's tools, and holds the session open until
+there that enters the SDK's ``Client`` (a stdio subprocess in the project directory — inside
+the OS sandbox, :mod:`agent_code.confine`, when the manager has a ``wall`` — or a Streamable
+HTTP endpoint), lists the server's tools, and holds the session open until
 :meth:`McpManager.close`. The agent loop calls :meth:`McpManager.call` from its own thread;
 the call runs on the loop and its result (or failure) comes back as a plain value:
 
@@ -38,6 +39,8 @@ from agent_code.mcp.config import ServerConfig
 if TYPE_CHECKING:   # the SDK is imported when a server starts, not with this module
     from mcp import Client
     from mcp.types import CallToolResult, Tool
+
+    from agent_code.confine import Wall
 
 T = TypeVar("T")
 
@@ -116,8 +119,9 @@ class McpManager:
 
     def __init__(self, root: Path, *, startup_timeout: float | None = None,
                  call_timeout: float | None = None, client_name: str = "agent-code",
-                 client_version: str = "0") -> None:
+                 client_version: str = "0", wall: Wall | None = None) -> None:
         self.root = Path(root)
+        self.wall = wall   # stdio servers run inside it (agent_code.confine); None: unconfined
         self.startup_timeout = startup_timeout or _env_seconds("MCP_TIMEOUT", DEFAULT_STARTUP_TIMEOUT_S)
         self.call_timeout = call_timeout or _env_seconds("MCP_TOOL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S)
         self.client_name, self.client_version = client_name, client_version
@@ -210,8 +214,12 @@ class McpManager:
         if refused:   # the last moment before the spawn: what remains is the interpreter's own open
             raise NotStarted(refused)
         state.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-        params = StdioServerParameters(command=config.command, args=list(config.args),
-                                       env=dict(config.env) or None, cwd=str(self.root))
+        argv, env = [config.command, *config.args], dict(config.env) or None
+        if self.wall is not None:   # the SDK's default environment, then the server's own
+            from mcp.client.stdio import get_default_environment
+
+            argv, env = self.wall.wrap(argv, {**get_default_environment(), **dict(config.env)})
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(self.root))
         async with stdio_client(params, errlog=state.stderr) as streams:
             yield streams
 

@@ -35,6 +35,9 @@ from typing import Annotated, Any, Callable, Literal, get_args, get_origin
 
 from agent_code.types import ToolCall, ToolResult
 
+if typing.TYPE_CHECKING:
+    from agent_code.confine import Wall
+
 MAX_RESULT_CHARS = 30_000
 
 
@@ -108,6 +111,8 @@ class ToolContext:
     # the project's own skills (.agents/skills) may be loaded: False in a folder the user has not
     # trusted (agent/trust.py; set by agent/settings.py's configure_agent)
     project_skills: bool = True
+    # the OS sandbox the bash tool's commands run in (agent_code/confine); None: unconfined
+    wall: Wall | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()

@@ -1,11 +1,15 @@
 """bash: run a shell command in the project (kind ``execute``).
 
-A command can do anything the user running agent-code can do, so this tool is not
-confined like the file tools: the permission mode decides whether it may run at all, and
-a sandbox (``agent_code.sandbox``) is what confines it in rollouts. Within that, each run
-is kept tidy and bounded:
+The permission mode decides whether a command may run at all. Where it runs is the OS
+sandbox when ``ctx.wall`` is set (:class:`agent_code.confine.Wall`, bubblewrap: the host
+read-only except the project and a private temp dir, git's hooks and config and ``.agent/``
+read-only even there, credentials hidden, no network; the CLI opens it at start-up unless
+``--no-sandbox``) — plan mode's read-only runs too, in the same wall. Without a wall a
+command can do anything the user running agent-code can do (a rollout's sandbox,
+``agent_code.sandbox``, confines agent-code as a whole). Within that, each run is kept tidy
+and bounded:
 
-* ``bash -c COMMAND`` in the project root, stdin from ``/dev/null`` (nothing can wait
+* ``bash -c COMMAND`` (through :meth:`Wall.wrap` when there is a wall) in the project root, stdin from ``/dev/null`` (nothing can wait
   for input), in a **new process group**.
 * A **scrubbed environment** (:func:`scrubbed_env`): the parent's variables minus
   anything that looks like a credential (names containing KEY, TOKEN, SECRET, PASSWORD,
@@ -46,10 +50,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Mapping
+from typing import TYPE_CHECKING, Annotated, Mapping
 
 from agent_code.tools import readonly_git
 from agent_code.tools.base import ToolContext, ToolError, tool
+
+if TYPE_CHECKING:
+    from agent_code.confine import Wall
 
 DEFAULT_TIMEOUT_S = 120
 MAX_TIMEOUT_S = 600
@@ -180,11 +187,14 @@ def _kill_group(pgid: int) -> None:
         pass  # already gone
 
 
-def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -> tuple[str, int | None]:
-    """Run ``bash -c command``; return (capped output, exit status or None on timeout).
+def run_command(command: str, cwd: Path, timeout: float, env: Mapping[str, str],
+                wall: Wall | None = None) -> tuple[str, int | None]:
+    """Run ``bash -c command`` (inside ``wall`` when given); return (capped output, exit status
+    or None on timeout).
 
     A negative status is a signal number, as in :mod:`subprocess`."""
-    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+    argv, env = wall.wrap(["bash", "-c", command], env) if wall is not None else (["bash", "-c", command], dict(env))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -267,7 +277,7 @@ def bash(
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT_S} seconds, got {timeout}")
     try:
         env = read_only_env(os.environ, ctx.root) if ctx.read_only_commands else scrubbed_env(os.environ)
-        output, status = run_command(command, ctx.root, timeout, env)
+        output, status = run_command(command, ctx.root, timeout, env, ctx.wall)
     except OSError as exc:
         raise ToolError(f"cannot run bash: {exc.strerror or exc}") from None
     body = output.rstrip("\n") or "(no output)"
