@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from agent_code.cli.mcp import mcp_question
+from agent_code.agent.settings import folder_trusted, trust_folder
 from agent_code.mcp import (APPROVALS_FILE, FAILED, ApprovalStore, McpManager, parse_servers, plan,
                             project_servers, start_servers)
 from tests.conftest import cli_env
@@ -71,8 +72,14 @@ def write(path: Path, text: str, mode: int | None = None) -> Path:
 
 
 def mcp_list(root: Path, home: Path, *args: str) -> str:
+    """``agent-code mcp list`` in ``root``, a folder the user trusts (folder trust is
+    tests/test_folder_trust.py's; here the approval is what is tested), with the OS sandbox off:
+    it would keep the servers' canary writes outside the project from happening at all, and
+    this file proves the approval alone."""
+    if not folder_trusted(root, home):
+        trust_folder(root, home, how="test")
     proc = subprocess.run([PY, "-m", "agent_code", "mcp", "list", "-C", str(root), *args], capture_output=True,
-                          text=True, cwd=root, env=cli_env(HOME=str(home)), timeout=90)
+                          text=True, cwd=root, env=cli_env(HOME=str(home), AGENT_CODE_SANDBOX="0"), timeout=90)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout + proc.stderr
 

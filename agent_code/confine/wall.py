@@ -16,9 +16,12 @@ the program exists. :meth:`Wall.wrap` turns an argv into the ``bwrap … -- argv
   when agent-code dies, so does the command; ``--new-session``: no ``TIOCSTI`` into the user's
   terminal;
 * its own network namespace, always (``--unshare-net``: loopback only, the host's loopback
-  services unreachable). With ``allowed_domains`` set the network still stays off: the allow-list
-  needs the egress proxy (``confine/egress.py``), whose launcher goes where
-  :meth:`Wall._network_prefix` says;
+  services unreachable). With ``allowed_domains`` set, the command's HTTP(S) goes through the
+  egress proxy (``confine/egress.py``: it connects only where a rule allows, never to a
+  loopback or private address a rule does not name): the proxy listens on a Unix socket bound
+  read-only at ``/run/agent-code-egress`` inside, ``confine/enter.py`` relays the command's
+  ``127.0.0.1:3128`` to it, and ``HTTP_PROXY``/``HTTPS_PROXY`` point there
+  (:meth:`Wall._network_prefix`); a program that ignores those variables has no network;
 * the host's file system **read-only** (``--ro-bind / /``), a fresh ``/dev`` (private
   ``/dev/shm``), its own ``/proc``, an empty ``/run`` (no daemon sockets: docker, dbus,
   databases), ``/tmp`` = the session's temp dir (:attr:`Wall.tmp`, kept across the session's
@@ -75,6 +78,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from agent_code.confine.egress import ENTER_SCRIPT, PROXY_PORT, EgressProxy, proxy_env, relay_prefix
+
 # credentials no command of the agent needs to read (relative to the home directory)
 CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".netrc", ".docker", ".kube", ".npmrc",
                ".pypirc", ".git-credentials", ".config/gh")
@@ -85,6 +90,7 @@ HOME_STARTUP = (".agent-code", ".bashrc", ".bash_profile", ".bash_login", ".bash
 GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "modules", "commondir")
 # the host's dirs each command gets its own of (the first two: the session's temp dir)
 PRIVATE = ("/tmp", "/var/tmp", "/run", "/dev", "/proc")
+PROXY_DIR_INSIDE = "/run/agent-code-egress"   # where the proxy's socket dir is, inside
 CORE_FLAGS = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
               "--unshare-net", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 DOMAIN = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -217,6 +223,10 @@ class Wall:
         self.writable = tuple(_outermost(writable))
         self.protected = tuple(self._find_protected())
         self.hidden = tuple(self._find_hidden(settings.deny_read))
+        # the network allow-list: a proxy on a Unix socket, reached from inside through the relay
+        # of confine/enter.py (started at the first command that needs it; a bad rule fails here)
+        self._proxy = EgressProxy(self.allowed_domains, socket_dir=self._session) if self.allowed_domains else None
+        self._proxy_dir: Path | None = None
         self._static = self._plan()
         self._prefixes: dict[tuple[str, ...], list[str]] = {}
 
@@ -386,6 +396,8 @@ class Wall:
                  "--bind", str(self.tmp), "/tmp"]
         if os.path.isdir("/var/tmp") and not os.path.islink("/var/tmp"):
             args += ["--bind", str(self._var_tmp), "/var/tmp"]
+        if self._proxy_dir is not None:
+            args += ["--ro-bind", str(self._proxy_dir), PROXY_DIR_INSIDE]
         return args
 
     def _args(self, mounts: list[tuple[Path, str, Path | None]]) -> list[str]:
@@ -410,11 +422,17 @@ class Wall:
     def _visible(self, path: Path, mounts: list[tuple[Path, str, Path | None]]) -> bool:
         return any(_inside(path, m[0]) for m in mounts)
 
-    def _network_prefix(self, env: Mapping[str, str]) -> list[str]:
-        """Where the egress proxy's launcher goes when ``allowed_domains`` is set (argv run inside
-        the wall before the command, which then reaches the network only through the proxy).
-        Until the proxy is wired in, nothing: the network stays off."""
-        return []
+    def _network_prefix(self) -> list[str]:
+        """With ``allowed_domains``, the egress launcher run inside the wall before the command:
+        it relays ``127.0.0.1:PROXY_PORT`` to the proxy's socket (bound read-only at
+        ``PROXY_DIR_INSIDE``), so the command reaches the network only through the proxy, which
+        connects only where a rule allows (``confine/egress.py``). Without: nothing, network off."""
+        if self._proxy is None:
+            return []
+        if self._proxy_dir is None:
+            self._proxy_dir = self._proxy.start().parent
+            self._prefixes.clear()
+        return relay_prefix(ENTER_SCRIPT, PROXY_PORT, Path(PROXY_DIR_INSIDE) / "proxy.sock")
 
     def _prefix(self, env: Mapping[str, str]) -> list[str]:
         entries = [Path(p) for p in env.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
@@ -435,7 +453,10 @@ class Wall:
             raise RuntimeError("the wall is closed")
         out_env = {k: v for k, v in env.items() if k not in ("TMP", "TEMP")}
         out_env["TMPDIR"] = "/tmp"
-        return [*self._prefix(env), "--", *self._network_prefix(env), *argv], out_env
+        network = self._network_prefix()
+        if network:
+            out_env.update(proxy_env(PROXY_PORT))
+        return [*self._prefix(env), "--", *network, *argv], out_env
 
     def contains_write(self, path: Path | str) -> bool:
         """Whether a command inside the wall may write ``path`` as it names it (relative: against
@@ -501,7 +522,7 @@ class Wall:
         if self.hidden:
             parts.append("hidden: " + ", ".join(short(p) for p in self.hidden[:6]) + (" …" if len(self.hidden) > 6 else ""))
         if self.allowed_domains:
-            parts.append(f"network off (the allow-list {', '.join(self.allowed_domains)} needs the egress proxy)")
+            parts.append(f"network only through the proxy, to {', '.join(self.allowed_domains)}")
         else:
             parts.append("network off")
         if not self.userns_refused:
@@ -511,6 +532,8 @@ class Wall:
     def close(self) -> None:
         """Remove the session's temp dir (idempotent)."""
         self._closed = True
+        if self._proxy is not None:
+            self._proxy.close()
         if self._session.exists():
             subprocess.run(["rm", "-rf", "--one-file-system", "--", str(self._session)], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
