@@ -69,7 +69,9 @@ class Clone:
         self.runs = 0
 
     def env(self, **extra: str) -> dict[str, str]:
-        return cli_env(HOME=str(self.home), **extra)
+        # the OS sandbox off: it would keep the hooks' canaries (outside the project) from being
+        # written at all, and these tests prove what folder trust alone does
+        return cli_env(HOME=str(self.home), **{"AGENT_CODE_SANDBOX": "0", **extra})
 
     def run(self, *turns: list[dict], flags: tuple[str, ...] = (), cwd: Path | None = None,
             env: dict[str, str] | None = None):
@@ -355,7 +357,8 @@ def test_deny_rules_apply_untrusted_and_the_project_sets_no_environment(tmp_path
     results = [e for e in events if e["type"] == "tool_result"]
     assert results[0]["is_error"] and "deny rule bash(touch denied*)" in results[0]["content"], results
     assert not (clone.root / "denied.txt").exists() and not (clone.root / "pre-canary").exists()
-    assert (clone.root / "seen.txt").read_text() == ""
+    seen = (clone.root / "seen.txt").read_text()   # (the test's own AGENT_CODE_SANDBOX=0 is there)
+    assert "AGENT_CODE_TRUST_PROJECT" not in seen and "AGENT_CODE_SANDBOX=off" not in seen, seen
     # an environment variable does not trust the folder either
     stderr, mode, _ = clone.probe(env=clone.env(AGENT_CODE_TRUST_PROJECT="1"))
     assert NOTE in stderr and clone.trust_records() == []
