@@ -27,7 +27,9 @@ PROJECT_SETTINGS = {"permissions": {"allow": ["bash(git diff:*)", "bash(npm test
 def env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
-    return cli_env(HOME=str(home))
+    # the OS sandbox off: these tests are about the rules and the mode table (with the sandbox,
+    # default mode runs contained commands unasked: test_the_sandbox_line below)
+    return cli_env(HOME=str(home), AGENT_CODE_SANDBOX="0")
 
 
 @pytest.fixture
@@ -226,3 +228,33 @@ def test_repl_permissions_check_uses_the_session_policy(tmp_path, project):
     assert "allow\nreason: plan mode runs read-only commands" in shown
     assert "self-protection: on" in shown and "/permissions check COMMAND" in shown
     assert agent.permissions.mode.value == "plan"  # /permissions MODE still switches
+
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+
+
+@needs_bwrap
+def test_the_sandbox_line_says_whether_the_sandbox_would_contain_the_command(project, env):
+    """With the OS sandbox (on by default where bwrap runs), default mode allows a command the
+    wall contains and says so; an ask rule still asks and the deny list still refuses, each
+    with the sandbox line; --no-sandbox (or AGENT_CODE_SANDBOX=0) judges as without it."""
+    walled = {k: v for k, v in env.items() if k != "AGENT_CODE_SANDBOX"}
+    r = check(project, walled, "--", "ls -la")
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0] == "allow", r.stdout
+    assert "rule: none (the OS sandbox contains the command)" in lines
+    assert any(line.startswith("sandbox: contains it (bubblewrap: writes only ") and "network off" in line
+               for line in lines), r.stdout
+    asked = check(project, walled, "--", "git push --force origin main")
+    assert asked.returncode == 2 and "sandbox: contains it" in asked.stdout
+    denied = check(project, walled, "--", "rm -rf /")
+    assert denied.returncode == 1 and "sandbox: contains it" in denied.stdout
+    off = check(project, walled, "--no-sandbox", "--", "ls -la")
+    assert off.returncode == 2 and "sandbox: none (turned off by --no-sandbox): the command would run unconfined" \
+        in off.stdout
+    env_off = check(project, env, "--", "ls -la")
+    assert env_off.returncode == 2 and "sandbox: none (turned off by AGENT_CODE_SANDBOX=0)" in env_off.stdout
+    data = json.loads(check(project, walled, "--json", "--", "ls -la").stdout)
+    assert data["decision"] == "allow" and data["stage"] == "sandbox" and data["sandbox"].startswith("contains it")
+    edit = check(project, walled, "--tool", "write_file", "--", "src/app.py")
+    assert edit.returncode == 2 and "sandbox:" not in edit.stdout   # edits keep the mode's answer

@@ -321,6 +321,9 @@ class Agent:
         """Run one call if the permission policy allows it; a denial becomes its result."""
         t = self.tools.get(call.name)
         if t is not None:  # unknown tools are reported by the registry
+            # the policy runs a command unasked only where the tools really run it inside the OS
+            # sandbox: it judges with the wall the call will run in, never another
+            self.permissions.wall = self.ctx.wall
             decision = self.permissions.check(t, call.arguments)
             if not decision.allowed:
                 denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.arguments})

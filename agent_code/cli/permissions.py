@@ -33,12 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from agent_code.agent.settings import Settings
+    from agent_code.confine import Wall
     from agent_code.policy.permissions import Explanation
 
 EXIT = {"allow": 0, "deny": 1, "ask": 2}
@@ -71,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("-C", "--cwd", dest="directory", metavar="DIR", default=".",
                        help="the project whose settings are used (default: the current directory)")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.add_argument("--no-sandbox", action="store_true",
+                       help="judge as a session without the OS sandbox would (default: with it, where this machine "
+                            "can sandbox)")
     check.add_argument("--tool", default="bash", metavar="TOOL",
                        help="the tool to check (default: bash); an execute tool gets COMMAND as its command, "
                             "any other as its path")
@@ -83,7 +88,8 @@ def explanation_lines(explained: Explanation, mode: str, mode_source: str = "") 
     """The text form: the decision first, then reason, rule (and its file), mode."""
     lines = [explained.behavior, f"reason: {explained.reason}"]
     if explained.rule is None:
-        lines.append("rule: none (the permission mode decides)")
+        lines.append("rule: none (the OS sandbox contains the command)" if explained.stage == "sandbox"
+                     else "rule: none (the permission mode decides)")
     elif explained.stage == "deny-list":
         lines.append(f"rule: {explained.rule}  (built-in deny list)")
     elif explained.stage == "self-protection":
@@ -114,6 +120,19 @@ def _load_settings(settings_module: ModuleType, root: Path) -> Settings:
     if "record_first_sight" in inspect.signature(load).parameters:
         return load(root, record_first_sight=False)
     return load(root)
+
+
+def _wall(root: Path, settings: Settings, no_sandbox: bool) -> tuple[Wall | None, str]:
+    """The OS sandbox a session in ``root`` would run its commands in, as the CLI opens it
+    (``cli/sandbox.py``), and why there is none ("" when there is one)."""
+    from agent_code.cli.sandbox import sandbox_off
+    from agent_code.confine import NoWall, open_wall
+
+    off = sandbox_off(no_sandbox)
+    if off is not None:
+        return None, off
+    opened = open_wall(root, settings.sandbox)
+    return (None, opened.reason) if isinstance(opened, NoWall) else (opened, "")
 
 
 def check(args: argparse.Namespace) -> int:
@@ -148,9 +167,16 @@ def check(args: argparse.Namespace) -> int:
         mode, mode_source = settings.default_mode, "defaultMode in the settings"
     else:
         mode, mode_source = "default", "no --mode or defaultMode"
-    policy = PermissionPolicy(mode, rules=RuleSet(list(settings.rules.rules)), root=root)
+    wall, no_wall = _wall(root, settings, args.no_sandbox)
+    policy = PermissionPolicy(mode, rules=RuleSet(list(settings.rules.rules)), root=root, wall=wall)
     arguments = {"command": text} if tool.kind == "execute" else {"path": text}
-    explained = policy.explain(tool, arguments)
+    try:
+        explained = policy.explain(tool, arguments)
+    finally:
+        if wall is not None:
+            wall.close()
+    if no_wall and explained.sandbox:
+        explained = replace(explained, sandbox=f"none ({no_wall}): the command would run unconfined")
     hooks = bool(settings.hooks.get("PreToolUse"))
 
     if args.json:
