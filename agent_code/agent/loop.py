@@ -321,6 +321,8 @@ class Agent:
         """Run one call if the permission policy allows it; a denial becomes its result."""
         t = self.tools.get(call.name)
         if t is not None:  # unknown tools are reported by the registry
+            # a command is let run unasked because of a wall only if it runs in that very wall
+            self.permissions.wall = self.ctx.wall
             decision = self.permissions.check(t, call.arguments)
             if not decision.allowed:
                 denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.arguments})

@@ -1,0 +1,202 @@
+"""Attack review of issue 41 (the OS sandbox, folder trust, MCP approvals): the model driving
+agent-code and a hostile repository, against real bwrap, bash, git and the CLI, with a temp HOME.
+
+Each test is an attack that worked before its fix (or an ``xfail(strict=True)`` describing an
+open design question), followed by the variants an attacker would try next."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent_code.confine import Wall, open_wall
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap (bwrap) is not installed: the OS sandbox cannot be tested")
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, env={**os.environ, **GIT_ENV}, capture_output=True)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    # outside /tmp's private view would be more realistic, but the wall binds back nothing of
+    # the host's /tmp but the project: a home there is invisible inside, so each attack below
+    # names paths the wall *would* make writable, and checks the host afterwards
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def project(tmp_path, home):
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "app.py").write_text("print('hi')\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "init")
+    return root
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", **GIT_ENV}
+
+
+def in_wall(root: Path, command: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """One command in a fresh wall for ``root`` (a fresh wall: a new session of agent-code)."""
+    wall = open_wall(root)
+    assert isinstance(wall, Wall), getattr(wall, "reason", "")
+    try:
+        argv, env = wall.wrap(["bash", "-c", command], env_for(home))
+        return subprocess.run(argv, env=env, cwd=cwd or root, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        wall.close()
+
+
+# --- 1. the project widens the next session's wall ---------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    # a main checkout's .git never has commondir: the wall took the one a command planted
+    "echo {target} > .git/commondir",
+    # relative, the way git writes it
+    "echo ../../{rel} > .git/commondir",
+])
+def test_a_planted_commondir_does_not_make_its_target_writable_next_session(project, home, tmp_path, plant):
+    victim = tmp_path / "victim"          # another repository of the user's, or ~ itself
+    victim.mkdir()
+    rel = os.path.relpath(victim, project)
+    done = in_wall(project, plant.format(target=victim, rel=rel.removeprefix("../")), home)
+    assert done.returncode == 0, done.stderr   # .git/commondir does not exist in a clone: it can be created
+    wall = open_wall(project)
+    assert isinstance(wall, Wall)
+    try:
+        assert wall.writable == (project,), wall.writable
+    finally:
+        wall.close()
+
+
+@needs_bwrap
+def test_a_dot_git_file_in_a_project_without_git_names_no_writable_dir(tmp_path, home):
+    root = tmp_path / "plain"
+    root.mkdir()
+    other = tmp_path / "other-repo"
+    other.mkdir()
+    git(other, "init", "-q")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    # variant 1: .git names another repository's git dir; variant 2: a git dir made in the
+    # project whose commondir names the victim; variant 3: a fake worktree dir in the project
+    (root / "fake" / "worktrees" / "w").mkdir(parents=True)
+    (root / "fake" / "worktrees" / "w" / "gitdir").write_text(str(root / ".git") + "\n")
+    plants = [f"gitdir: {other / '.git'}", "gitdir: fake", f"gitdir: {root / 'fake' / 'worktrees' / 'w'}"]
+    (root / "fake" / "commondir").write_text(str(victim) + "\n")
+    for plant in plants:
+        (root / ".git").write_text(plant + "\n")
+        wall = open_wall(root)
+        assert isinstance(wall, Wall)
+        try:
+            assert wall.writable == (root,), (plant, wall.writable)
+        finally:
+            wall.close()
+
+
+@needs_bwrap
+def test_real_worktrees_and_submodules_still_commit(project, home, tmp_path):
+    tree = tmp_path / "tree"
+    git(project, "worktree", "add", "-q", "-b", "side", str(tree))
+    wall = open_wall(tree)
+    assert isinstance(wall, Wall)
+    try:
+        assert (project / ".git").resolve() in wall.writable
+    finally:
+        wall.close()
+    sub_src = tmp_path / "sub-src"
+    sub_src.mkdir()
+    git(sub_src, "init", "-q")
+    (sub_src / "s.txt").write_text("s\n")
+    git(sub_src, "add", ".")
+    git(sub_src, "commit", "-qm", "s")
+    git(project, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub_src), "sub")
+    sub = project / "sub"
+    done = in_wall(sub, "echo t > t.txt && git add t.txt && git commit -qm t && git log --oneline | wc -l", home)
+    assert done.stdout.split() == ["2"], done.stderr
+
+
+# --- 2. /undo writes where a command's link points -----------------------------------------------
+
+
+def run_tool(ctx, name: str, **args):
+    from agent_code.tools import default_tools
+    from agent_code.types import ToolCall
+
+    result = default_tools().run(ToolCall("t", name, args), ctx)
+    assert not result.is_error, result.content
+    return result
+
+
+@pytest.fixture
+def walled_ctx(project):
+    from agent_code.tools.base import ToolContext
+
+    wall = open_wall(project)
+    assert isinstance(wall, Wall)
+    ctx = ToolContext(project)
+    ctx.wall = wall
+    yield ctx
+    wall.close()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("how", ["file", "parent"])
+def test_undo_does_not_restore_through_a_link_a_command_planted(walled_ctx, project, tmp_path, how, force):
+    """The agent edits a file whose old content is the repository's payload; a command (run
+    unasked, in the wall) swaps the file — or its directory — for a dangling link out of the
+    project (nothing to compare, so the staleness check does not stop it); the user's ``/undo``
+    (on the host) must not write the payload through it."""
+    from agent_code.agent.undo import undo_last
+
+    outside = tmp_path / "outside"            # ~/.bash_profile's directory, say
+    outside.mkdir()
+    (project / "pkg").mkdir()
+    (project / "pkg" / "setup.sh").write_text("PAYLOAD\n")
+    run_tool(walled_ctx, "read_file", path="pkg/setup.sh")
+    run_tool(walled_ctx, "edit_file", path="pkg/setup.sh", old_string="PAYLOAD", new_string="harmless")
+    if how == "file":
+        command = f"rm pkg/setup.sh && ln -s {outside / 'profile'} pkg/setup.sh"
+    else:
+        command = f"mv pkg pkg.old && ln -s {outside} pkg"
+    ran = run_tool(walled_ctx, "bash", command=command)
+    assert "[exit code: 0]" in ran.content, ran.content
+    undone = undo_last(walled_ctx, force=force)
+    assert not (outside / "profile").exists() and not (outside / "setup.sh").exists(), undone.message
+    assert not undone.done and "link" in undone.message, undone.message
+
+
+@needs_bwrap
+@pytest.mark.parametrize("force", [False, True])
+def test_undo_does_not_delete_through_a_link_a_command_planted(walled_ctx, project, tmp_path, force):
+    from agent_code.agent.undo import undo_last
+
+    outside = tmp_path / "outside"            # ~/.ssh, say
+    outside.mkdir()
+    (outside / "config").write_text("the user's\n")
+    run_tool(walled_ctx, "write_file", path="pkg/config", content="new")   # created: undo deletes it
+    ran = run_tool(walled_ctx, "bash", command=f"rm -r pkg && ln -s {outside} pkg && printf \"the user's\\n\" > /dev/null")
+    assert "[exit code: 0]" in ran.content, ran.content
+    undone = undo_last(walled_ctx, force=force)
+    assert (outside / "config").read_text() == "the user's\n", undone.message
+    assert not undone.done and "link" in undone.message, undone.message
