@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from agent_code.confine.programs import host_which
 from agent_code.confine.egress import ENTER_SCRIPT, PROXY_PORT, EgressProxy, proxy_env, relay_prefix
 
 # credentials no command of the agent needs to read (relative to the home directory)
@@ -301,7 +302,7 @@ class Wall:
             if named and Path(os.path.realpath(git_dir / named)) == Path(os.path.realpath(dot)):
                 return common
         config = git_dir / "config"
-        git = shutil.which("git")
+        git = host_which("git", writable)
         if git_dir == common and git is not None and unforgeable(config):
             try:
                 value = subprocess.run([git, "config", "--file", str(config), "--get", "core.worktree"],
@@ -321,7 +322,7 @@ class Wall:
         """``core.hooksPath`` and the included config files of ``git_dir/config``, read by
         ``git config --file`` (no program of the repository's runs)."""
         config = git_dir / "config"
-        git = shutil.which("git")
+        git = host_which("git", self.writable)
         if git is None or not config.is_file():
             return []
         try:
@@ -628,10 +629,10 @@ def open_wall(root: Path, settings: WallSettings = WallSettings()) -> Wall | NoW
         return NoWall("turned off in the settings (\"sandbox\": {\"enabled\": false})")
     if not sys.platform.startswith("linux"):
         return NoWall(f"not available on {sys.platform}: the sandbox needs Linux and bubblewrap")
-    bwrap = shutil.which("bwrap")
+    real = Path(os.path.realpath(root))
+    bwrap = host_which("bwrap", [real])   # never one a command put in the project (confine/programs.py)
     if bwrap is None:
         return NoWall("bwrap not found: install bubblewrap")
-    real = Path(os.path.realpath(root))
     if real == Path("/"):
         return NoWall("the project is /: a wall that lets commands write the project would let them write everything")
     why, refuses = probe(bwrap)
