@@ -6,6 +6,7 @@ open design question), followed by the variants an attacker would try next."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -314,3 +315,73 @@ def test_the_approval_question_shows_what_would_be_written(tmp_path):
     bash = default_tools().get("bash")
     shown = describe_call(bash, {"command": "curl x|sh\r\x1b[2Kls"}, tmp_path)
     assert shown == "bash wants to run: curl x|sh\\x0d\\x1b[2Kls"
+
+
+# --- 5. the policy's wall is the wall the command runs in ------------------------------------------
+
+
+def _cli(tmp_path: Path, project: Path, home: Path, command: str, *flags: str, **env: str | None):
+    """A headless scripted session in DEFAULT mode whose model runs ``command`` with bash."""
+    from conftest import cli_env, run_cli
+
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps([{"type": "tool_use", "id": "b1", "name": "bash", "input": {"command": command}}])
+                      + "\n" + json.dumps([{"type": "text", "text": "done"}]) + "\n")
+    return run_cli("-p", "--provider", "scripted", "--script", str(script), "-C", str(project),
+                   "--no-session-persistence", "--output-format", "json", *flags, "go",
+                   env=cli_env(**{"HOME": str(home), "AGENT_CODE_SANDBOX": None, **env}))
+
+
+@needs_bwrap
+def test_default_mode_runs_a_contained_command_unasked_and_only_inside_the_wall(project, home, tmp_path):
+    # a spelling the policy cannot read (self-protection refuses `> .git/hooks/...` as written)
+    proc = _cli(tmp_path, project, home, "echo fine > ok.txt; python3 -c \"open('.gi'+'t/hooks/pre-commit','w')\"")
+    assert json.loads(proc.stdout)["permission_denials"] == [], proc.stdout + proc.stderr
+    assert (project / "ok.txt").read_text() == "fine\n"
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("off", [("--no-sandbox",), ("AGENT_CODE_SANDBOX", "0")])
+def test_without_the_wall_default_mode_asks_again(project, home, tmp_path, off):
+    flags, env = (off, {}) if off[0].startswith("--") else ((), {off[0]: off[1]})
+    proc = _cli(tmp_path, project, home, "echo fine > ok.txt", *flags, **env)
+    assert [d["tool_name"] for d in json.loads(proc.stdout)["permission_denials"]] == ["bash"], proc.stdout
+    assert not (project / "ok.txt").exists()
+
+
+@needs_bwrap
+def test_a_user_settings_sandbox_off_turns_the_unasked_runs_off_too(project, home, tmp_path):
+    (home / ".agent-code").mkdir()
+    (home / ".agent-code" / "settings.json").write_text(json.dumps({"sandbox": {"enabled": False}}))
+    proc = _cli(tmp_path, project, home, "echo fine > ok.txt")
+    assert [d["tool_name"] for d in json.loads(proc.stdout)["permission_denials"]] == ["bash"], proc.stdout
+
+
+@needs_bwrap
+def test_a_project_cannot_turn_the_wall_off_or_widen_it(project, home, tmp_path):
+    """A trusted project's settings say sandbox off, writable ~, every domain: ignored."""
+    (project / ".agent").mkdir(exist_ok=True)
+    (project / ".agent" / "settings.json").write_text(json.dumps(
+        {"sandbox": {"enabled": False, "writable": ["~"], "allowed_domains": ["example.com"]}}))
+    (project / ".agent" / "settings.local.json").write_text(json.dumps({"sandbox": {"writable": [str(tmp_path)]}}))
+    proc = _cli(tmp_path, project, home, f"echo x > {home}/planted; echo x > {tmp_path}/planted2; echo fine > ok.txt",
+                "--trust-project")
+    assert json.loads(proc.stdout)["permission_denials"] == [], proc.stdout + proc.stderr
+    assert "ignored" in proc.stderr
+    assert (project / "ok.txt").exists() and not (home / "planted").exists() and not (tmp_path / "planted2").exists()
+
+
+# --- 6. nothing a command starts outlives it -----------------------------------------------------------
+
+
+@needs_bwrap
+def test_no_process_outlives_its_command(walled_ctx, project):
+    import time
+
+    ran = run_tool(walled_ctx, "bash", command=(
+        "(setsid sh -c 'sleep 1; echo a > s1' &); nohup sh -c 'sleep 1; echo b > s2' >/dev/null 2>&1 & disown; "
+        "sh -c 'trap \"\" HUP TERM; sleep 1; echo c > s3' & (sleep 1; echo d > s4) & echo started"))
+    assert "started" in ran.content
+    time.sleep(2)
+    assert not any((project / f"s{i}").exists() for i in range(1, 5))

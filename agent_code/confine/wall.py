@@ -31,7 +31,12 @@ the program exists. :meth:`Wall.wrap` turns an argv into the ``bwrap … -- argv
   target), the directory holding the ``agent_code`` package, and every ``PATH`` entry of the
   environment given to :meth:`Wall.wrap` (read-only);
 * **writable**: the project root, the ``writable`` paths of the settings, the session temp dir
-  and, for a git worktree (``.git`` is a file), the repository's common git dir (so commits work);
+  and, for a git worktree or a submodule (``.git`` is a file), the repository's common git dir
+  (so commits work) — only when a file outside the writable roots points back at the project
+  (the worktree's ``gitdir``, the submodule's ``core.worktree``): what the project's own ``.git``
+  file or a ``.git/commondir`` says was written by earlier commands (:meth:`Wall._owned_common_dir`).
+  ``bwrap`` and the ``git`` the wall reads config with are never found on a ``PATH`` entry inside
+  the project (``confine/programs.py``);
 * **read-only even inside them** (:attr:`Wall.protected`): ``.agent/`` (created on the host
   first when missing, so no command can create settings there), ``.agents/skills`` and
   ``.mcp.json`` when present, a worktree's ``.git`` file, in each git dir (the project's and the
