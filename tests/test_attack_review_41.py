@@ -385,3 +385,25 @@ def test_no_process_outlives_its_command(walled_ctx, project):
     assert "started" in ran.content
     time.sleep(2)
     assert not any((project / f"s{i}").exists() for i in range(1, 5))
+
+
+# --- open: agent-code's own interpreter inside the project ---------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="design: when agent-code runs from a venv inside the project (or is the "
+                   "project, installed editable), a command in the wall can add a .pth file or change a package "
+                   "agent-code imports, and the next start runs it on the host; protecting sys.prefix read-only "
+                   "breaks `pip install` in that venv — the lead decides (protect it, or warn at start-up)")
+def test_a_command_cannot_change_the_interpreter_agent_code_runs_from(project, home):
+    import site
+    import sys
+
+    venv = project / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    paths = os.pathsep.join([str(Path(__file__).resolve().parent.parent), *site.getsitepackages()])
+    probe = ("import sys, pathlib; from agent_code.confine import open_wall; w = open_wall(pathlib.Path(sys.argv[1])); "
+             "print(w.contains_write(pathlib.Path(sys.prefix) / 'lib' / 'evil.pth')); w.close()")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", probe, str(project)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": paths}, timeout=60)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
