@@ -73,8 +73,16 @@ class Worktree:
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # no inherited GIT_DIR etc.
     env["GIT_TERMINAL_PROMPT"] = "0"
+    from agent_code.confine.programs import host_which
+
+    # never a git a command put on PATH inside the project: not from cwd, nor from a repository
+    # around it (a worktree's main checkout too)
+    here = Path(os.path.realpath(cwd))
+    git = host_which("git", [here, *(d for d in here.parents if os.path.lexists(d / ".git"))])
+    if git is None:
+        raise WorktreeError("git is not installed (worktrees need git)")
     try:
-        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, env=env,
+        proc = subprocess.run([git, "-C", str(cwd), *args], capture_output=True, text=True, env=env,
                               stdin=subprocess.DEVNULL, timeout=120)
     except FileNotFoundError:
         raise WorktreeError("git is not installed (worktrees need git)") from None

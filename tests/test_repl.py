@@ -316,6 +316,7 @@ def test_repl_in_tmux(tmp_path):
                           text("Answer after the interrupt."))
     env = {k: v for k, v in cli_env(HOME=str(home)).items() if k in ("PATH", "HOME", "PYTHONPATH", "NO_COLOR", "LANG")}
     env["TERM"] = "xterm-256color"
+    env["AGENT_CODE_SANDBOX"] = "0"   # the REPL's question about a command: with the wall, it runs unasked
     name = f"agent-code-test-{os.getpid()}"
     pane = Pane(name, [sys.executable, "-m", "agent_code", "--provider", "scripted", "--script", str(script)],
                 project, env)

@@ -376,7 +376,8 @@ def test_cli_settings_deny_and_allow_rules(tmp_path):
     assert (project / "allowed.txt").exists()
 
 
-def test_cli_default_mode_from_settings_yields_to_the_flag(tmp_path):
+def test_cli_default_mode_from_settings_yields_to_the_flag(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_CODE_SANDBOX", "0")   # with the OS sandbox, default mode runs `touch` unasked
     project = tmp_path / "p"
     write_json(project / ".agent/settings.json", {"permissions": {"defaultMode": "bypassPermissions"}})
     proc, events = cli(tmp_path, project, "touch made.txt")

@@ -194,7 +194,7 @@ def test_the_tool_uses_rg_or_falls_back(ctx: ToolContext, monkeypatch: pytest.Mo
     call = ToolCall("1", "grep", {"pattern": "alpha", "glob": "*.py", "case_insensitive": True})
     expected = grep_python(ctx, "alpha", ".", "*.py", True)
     assert default_tools().run(call, ctx).content == expected
-    monkeypatch.setattr(grep_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(grep_module, "host_rg", lambda ctx: None)
     assert default_tools().run(call, ctx).content == expected
     with pytest.raises(RgUnavailable):
         grep_rg(ctx, "alpha")

@@ -506,7 +506,8 @@ def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] |
     with a prompt; ``project_trusted``: the folder's trust, decided by ``cli/trust.py``), print
     their warnings, and :func:`configure_agent`. Raises :class:`SettingsError`. ``open_wall``:
     given the settings' ``sandbox`` section, the OS sandbox the session's commands run in (None:
-    none); it goes on ``agent.ctx.wall`` and the hooks."""
+    none); it goes on ``agent.ctx.wall`` (where the bash tool runs), on the permission policy (which
+    then runs contained commands unasked in default and acceptEdits) and on the hooks."""
     import sys
 
     session = agent.session
@@ -515,7 +516,7 @@ def apply_cli_settings(agent: Agent, root: Path, report: Callable[[str], None] |
     for warning in settings.warnings:
         print(f"agent-code: warning: {warning}", file=sys.stderr)
     wall = open_wall(settings.sandbox) if open_wall is not None else None
-    agent.ctx.wall = wall
+    agent.ctx.wall = agent.permissions.wall = wall   # the commands run in it, so the policy lets them run
     configure_agent(agent, settings, root, mode_from_cli=mode_given_on_command_line(), report=report,
                     project_skills=project_trusted, wall=wall)
     return settings

@@ -9,14 +9,24 @@ A file changed on disk since the agent's change (by the user, a formatter, a com
 is not overwritten: :func:`undo_last` refuses with the reason unless ``force``. After an
 undo the file's read stamp is the restored content (which the model had read before it
 changed the file), so the edit tools' staleness check stays meaningful.
+
+The undo runs in agent-code's own process, outside the OS sandbox, while the file may have been
+replaced since by a command inside it: a file (or a directory on its path) that is now a
+symbolic link is refused, even with ``force`` — writing or deleting through it would reach
+wherever the link points (``~/.bash_profile``, ``~/.ssh``), which the command itself could not.
+The content goes back the way the edit tools write (``tools.paths.write_regular``: no link
+followed, no file with other hard links changed).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from agent_code.tools.base import FileStamp, ToolContext
+from agent_code.tools.base import FileStamp, ToolContext, ToolError
 from agent_code.tools.edit import unified_diff
+from agent_code.tools.paths import write_regular
 
 
 @dataclass(frozen=True)
@@ -33,12 +43,27 @@ def _name(ctx: ToolContext, path) -> str:
         return str(path)
 
 
+def _linked(ctx: ToolContext, path: Path) -> str | None:
+    """Why ``path`` (real when the agent changed it) cannot be undone now: it, or a directory on
+    its way, is a link (or it is no longer inside the project); None when it can."""
+    root = Path(os.path.realpath(ctx.root))
+    if os.path.realpath(path.parent) != str(path.parent) or not (path.parent == root or root in path.parent.parents):
+        return "a directory on its path is now a link out of it"
+    if os.path.islink(path):
+        return "it is now a link"
+    return None
+
+
 def undo_last(ctx: ToolContext, force: bool = False) -> UndoResult:
     """Undo the newest change in ``ctx.backups`` (see the module doc)."""
     if not ctx.backups:
         return UndoResult(False, "nothing to undo: no file has been changed in this session")
     backup = ctx.backups[-1]
     path, name = backup.path, _name(ctx, backup.path)
+    linked = _linked(ctx, path)
+    if linked is not None:   # even with force: the link may point anywhere (module doc)
+        return UndoResult(False, f"not undoing the change to {name}: {linked} (a command replaced it); "
+                                 "restore it yourself if you want to")
     try:
         current = path.read_bytes() if path.exists() else None
     except OSError as exc:
@@ -54,8 +79,7 @@ def undo_last(ctx: ToolContext, force: bool = False) -> UndoResult:
             ctx.files.stamps.pop(path, None)
             message = f"deleted {name} (created by {backup.tool})"
         else:
-            with open(path, "wb") as f:
-                f.write(backup.before)
+            write_regular(path, backup.before, name)
             ctx.files.record(path, backup.before)
             message = f"restored {name} to its content before {backup.tool}"
             if current is not None:
@@ -63,6 +87,8 @@ def undo_last(ctx: ToolContext, force: bool = False) -> UndoResult:
                 message += "\n" + diff if diff else ""
     except OSError as exc:
         return UndoResult(False, f"cannot undo the change to {name}: {exc.strerror}")
+    except ToolError as exc:
+        return UndoResult(False, f"cannot undo the change to {name}: {exc}")
     ctx.backups.pop()
     left = len(ctx.backups)
     message += f"\n({left} earlier change{'s' * (left != 1)} can still be undone)" if left else ""

@@ -5,6 +5,13 @@
 * ``json``: one JSON object when the run ends.
 * ``stream-json``: one JSON object per line, per event, flushed as it happens; nothing
   else ever goes to stdout, so a harness can parse every line.
+
+What the text format shows of the model's words, its calls and the tools' output passes
+:func:`for_terminal` first: a command's output (run unasked inside the OS sandbox) or the
+model's text could otherwise carry escape sequences to the user's terminal — rewrite the
+clipboard (OSC 52), erase or redraw lines (a question, a diff), retitle the window. Control and
+format characters are written as ``\\xNN``/``\\uNNNN``; newlines and tabs stay. The ``-p``
+answer is escaped only when it goes to a terminal (a pipe gets it as it is).
 """
 
 from __future__ import annotations
@@ -14,11 +21,23 @@ import sys
 from typing import Any, TextIO
 
 OBSERVATION_LINES = 20
+KEPT = ("\n", "\t")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with every control and format character but newline and tab escaped (module doc)."""
+    import unicodedata
+
+    def escape(ch: str) -> str:
+        return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+    return "".join(escape(ch) if ch not in KEPT and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+                   for ch in text)
 
 
 def _short(value: object, limit: int = 2000) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[:limit] + "…"
+    return for_terminal(text if len(text) <= limit else text[:limit] + "…")
 
 
 class TextRenderer:
@@ -47,10 +66,15 @@ class TextRenderer:
         c = self.console
         if kind == "result":
             if event["subtype"] == "success":
-                c.print(event["result"] if self.quiet else f"[bold green]final:[/] {event['result']}",
-                        markup=not self.quiet, highlight=False)
+                if self.quiet:
+                    c.print(for_terminal(event["result"]) if c.is_terminal else event["result"], markup=False,
+                            highlight=False)
+                else:
+                    c.print("[bold green]final:[/] ", end="")
+                    c.print(for_terminal(event["result"]), markup=False, highlight=False)
             elif not self.quiet:
-                c.print(f"[bold red]stopped:[/] {event.get('error') or event['result']}")
+                c.print("[bold red]stopped:[/] ", end="")
+                c.print(for_terminal(str(event.get("error") or event["result"])), markup=False)
             return
         if self.quiet:
             return
@@ -59,10 +83,10 @@ class TextRenderer:
             has_tools = any(b.get("type") == "tool_use" for b in blocks)
             for b in blocks:
                 if b.get("type") == "thinking" and b.get("thinking"):
-                    c.print(f"[dim]thinking: {_short(b['thinking'], 300)}[/dim]", markup=True)
+                    c.print(f"thinking: {_short(b['thinking'], 300)}", markup=False, style="dim")
                 elif b.get("type") == "text" and b.get("text") and has_tools:
                     c.print("[cyan]assistant:[/] ", end="")
-                    c.print(b["text"], markup=False)
+                    c.print(for_terminal(b["text"]), markup=False)
         elif kind == "tool_use":
             c.print(f"[yellow]tool_call:[/] {event['name']} ", end="")
             c.print(_short(event["input"], 300), markup=False)
@@ -73,7 +97,7 @@ class TextRenderer:
                 shown += f"\n… ({len(lines) - OBSERVATION_LINES} more lines)"
             label = "[red]tool_error:[/] " if event["is_error"] else "[blue]observation:[/] "
             c.print(label, end="")
-            c.print(shown, markup=False)
+            c.print(for_terminal(shown), markup=False)
 
 
 class JsonRenderer:

@@ -371,7 +371,9 @@ class Repl:
 
     def approve_plan(self, plan: str) -> bool | str:
         """``Agent.on_plan``: show the plan; approve (switching mode), or keep planning."""
-        self.say("plan:\n" + plan.strip())
+        from agent_code.cli.render import for_terminal
+
+        self.say("plan:\n" + for_terminal(plan.strip()))
         while True:
             try:
                 answer = self.read("approve? [y] yes, accept edits / [d] yes, ask before each edit / "
@@ -396,7 +398,14 @@ class Repl:
 
 
 def describe_call(tool: Tool, arguments: object, root: Path) -> str:
-    """What the user is asked to approve: the command, or the diff an edit would make."""
+    """What the user is asked to approve: the command, or the diff an edit would make — with its
+    control characters escaped (``cli/render.py``: the model's text must not redraw the question)."""
+    from agent_code.cli.render import for_terminal
+
+    return for_terminal(_describe_call(tool, arguments, root))
+
+
+def _describe_call(tool: Tool, arguments: object, root: Path) -> str:
     subject = subject_of(tool, arguments)
     if subject.kind == "command":
         return f"{tool.name} wants to run: {subject.value}"

@@ -31,7 +31,12 @@ the program exists. :meth:`Wall.wrap` turns an argv into the ``bwrap … -- argv
   target), the directory holding the ``agent_code`` package, and every ``PATH`` entry of the
   environment given to :meth:`Wall.wrap` (read-only);
 * **writable**: the project root, the ``writable`` paths of the settings, the session temp dir
-  and, for a git worktree (``.git`` is a file), the repository's common git dir (so commits work);
+  and, for a git worktree or a submodule (``.git`` is a file), the repository's common git dir
+  (so commits work) — only when a file outside the writable roots points back at the project
+  (the worktree's ``gitdir``, the submodule's ``core.worktree``): what the project's own ``.git``
+  file or a ``.git/commondir`` says was written by earlier commands (:meth:`Wall._owned_common_dir`).
+  ``bwrap`` and the ``git`` the wall reads config with are never found on a ``PATH`` entry inside
+  the project (``confine/programs.py``);
 * **read-only even inside them** (:attr:`Wall.protected`): ``.agent/`` (created on the host
   first when missing, so no command can create settings there), ``.agents/skills`` and
   ``.mcp.json`` when present, a worktree's ``.git`` file, in each git dir (the project's and the
@@ -78,6 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from agent_code.confine.programs import host_which
 from agent_code.confine.egress import ENTER_SCRIPT, PROXY_PORT, EgressProxy, proxy_env, relay_prefix
 
 # credentials no command of the agent needs to read (relative to the home directory)
@@ -217,8 +223,8 @@ class Wall:
             path = Path(os.path.realpath(os.path.expanduser(extra)))
             if os.path.exists(path):
                 writable.append(path)
-        common = self._git_dirs[-1] if self._git_dirs else None
-        if common is not None and not any(_inside(common, w) for w in writable):
+        common = self._owned_common_dir(writable)
+        if common is not None:
             writable.append(common)   # a worktree: commits write the repository's objects and refs
         self.writable = tuple(_outermost(writable))
         self.protected = tuple(self._find_protected())
@@ -269,19 +275,66 @@ class Wall:
                 pass
         return dirs
 
+    def _owned_common_dir(self, writable: list[Path]) -> Path | None:
+        """The common git dir outside the writable roots that commits need written (a worktree's
+        repository, a submodule's git dir under its superproject), or None.
+
+        What names it (the ``.git`` file, a ``commondir`` file) lies in the project, which every
+        earlier command could write: a planted ``.git/commondir`` or ``.git`` file must not make
+        ``~`` (or another repository) writable in the next session. So the dir is taken only when
+        a file *outside* the writable roots, which no command could have written, points back at
+        this project: ``<common>/worktrees/<name>/gitdir`` naming its ``.git`` file (``git
+        worktree``), or ``core.worktree`` of the git dir's own ``config`` naming the project (a
+        submodule). Anything else: no extra root (git in the wall then cannot commit)."""
+        if not self._git_dirs:
+            return None
+        git_dir, common = self._git_dirs[0], self._git_dirs[-1]
+        if any(_inside(common, w) for w in writable):
+            return None
+
+        def unforgeable(path: Path) -> bool:
+            real = Path(os.path.realpath(path))
+            return real.is_file() and not any(_inside(real, w) for w in writable)
+
+        dot = self.root / ".git"
+        back = git_dir / "gitdir"
+        if git_dir.parent.name == "worktrees" and git_dir.parent.parent == common and dot.is_file() \
+                and unforgeable(back):
+            try:
+                named = back.read_text(errors="replace").strip()
+            except OSError:
+                named = ""
+            if named and Path(os.path.realpath(git_dir / named)) == Path(os.path.realpath(dot)):
+                return common
+        config = git_dir / "config"
+        git = host_which("git", writable)
+        if git_dir == common and git is not None and unforgeable(config):
+            try:
+                value = subprocess.run([git, "config", "--file", str(config), "--get", "core.worktree"],
+                                       capture_output=True, text=True, env=self._git_env(), timeout=10,
+                                       stdin=subprocess.DEVNULL, check=False).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                value = ""
+            if value and Path(os.path.realpath(git_dir / os.path.expanduser(value))) == self.root:
+                return common
+        return None
+
+    def _git_env(self) -> dict[str, str]:
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
+
     def _git_config_paths(self, git_dir: Path) -> list[Path]:
         """``core.hooksPath`` and the included config files of ``git_dir/config``, read by
         ``git config --file`` (no program of the repository's runs)."""
         config = git_dir / "config"
-        git = shutil.which("git")
+        git = host_which("git", self.writable)
         if git is None or not config.is_file():
             return []
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1",
-               "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
         try:
             out = subprocess.run([git, "config", "--file", str(config), "--includes", "--get-regexp",
                                   r"^(core\.hookspath|include\.path|includeif\..*\.path)$"],
-                                 capture_output=True, text=True, env=env, timeout=10, check=False).stdout
+                                 capture_output=True, text=True, env=self._git_env(), timeout=10,
+                                 stdin=subprocess.DEVNULL, check=False).stdout
         except (OSError, subprocess.SubprocessError):
             return []
         found = []
@@ -581,10 +634,10 @@ def open_wall(root: Path, settings: WallSettings = WallSettings()) -> Wall | NoW
         return NoWall("turned off in the settings (\"sandbox\": {\"enabled\": false})")
     if not sys.platform.startswith("linux"):
         return NoWall(f"not available on {sys.platform}: the sandbox needs Linux and bubblewrap")
-    bwrap = shutil.which("bwrap")
+    real = Path(os.path.realpath(root))
+    bwrap = host_which("bwrap", [real])   # never one a command put in the project (confine/programs.py)
     if bwrap is None:
         return NoWall("bwrap not found: install bubblewrap")
-    real = Path(os.path.realpath(root))
     if real == Path("/"):
         return NoWall("the project is /: a wall that lets commands write the project would let them write everything")
     why, refuses = probe(bwrap)

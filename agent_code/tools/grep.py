@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,9 +205,18 @@ def _rg_matches(ctx: ToolContext, q: _Query, rg: str) -> list[Match]:
     return found
 
 
+def host_rg(ctx: ToolContext) -> str | None:
+    """``rg`` as agent-code starts it, on the host: never one from a ``PATH`` entry in the project
+    or another directory a command of the wall may write (``agent_code/confine/programs.py``)."""
+    from agent_code.confine.programs import host_which
+
+    wall = ctx.wall
+    return host_which("rg", [ctx.root, *(wall.writable if wall is not None else ())])
+
+
 def grep_rg(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None,
             case_insensitive: bool = False, max_results: int = 200, *, rg: str | None = None) -> str:
-    rg = rg or shutil.which("rg")
+    rg = rg or host_rg(ctx)
     if rg is None:
         raise RgUnavailable("rg (ripgrep) is not installed")
     q = _prepare(ctx, pattern, path, glob, case_insensitive, max_results)
@@ -235,7 +243,7 @@ def grep(
     relative to the working directory. Binary files, files over 5 MiB, symlinks and
     dependency/cache/build directories (.git, node_modules, __pycache__, .venv, dist, build,
     ...) are skipped. Matched lines over 500 characters are shortened."""
-    rg = shutil.which("rg")
+    rg = host_rg(ctx)
     if rg is not None:
         try:
             return grep_rg(ctx, pattern, path, glob, case_insensitive, max_results, rg=rg)
