@@ -391,10 +391,6 @@ def test_no_process_outlives_its_command(walled_ctx, project):
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="design: when agent-code runs from a venv inside the project (or is the "
-                   "project, installed editable), a command in the wall can add a .pth file or change a package "
-                   "agent-code imports, and the next start runs it on the host; protecting sys.prefix read-only "
-                   "breaks `pip install` in that venv — the lead decides (protect it, or warn at start-up)")
 def test_a_command_cannot_change_the_interpreter_agent_code_runs_from(project, home):
     import site
     import sys

@@ -44,7 +44,9 @@ the program exists. :meth:`Wall.wrap` turns an argv into the ``bwrap … -- argv
   and each ``worktrees/*/commondir`` and ``config.worktree``, the directory ``core.hooksPath``
   names and the files ``include.path``/``includeIf.*.path`` name (read with ``git config
   --file``, which runs no program of the repository's), and, when the home directory lies in a
-  writable root, ``~/.agent-code`` and the shell start-up files that exist. Every directory
+  writable root, ``~/.agent-code`` and the shell start-up files that exist, and agent-code's own
+  venv (``sys.prefix``) when it lies in a writable root (a ``.pth`` file there would run at the
+  next start, on the host; installing into that venv from inside fails). Every directory
   between a writable root and a protected path is bound onto itself, so it is a mount point:
   ``mv .git x; mkdir .git`` (or the same with ``.agent``, ``.agents``) fails with EBUSY instead of
   putting a fresh ``hooks`` where git looks;
@@ -367,6 +369,10 @@ class Wall:
                     candidates += [entry / "commondir", entry / "config.worktree"]
         if any(_inside(self.home, w) for w in self.writable):
             candidates += [self.home / name for name in HOME_STARTUP]
+        if sys.prefix != sys.base_prefix:
+            # agent-code's own venv, when it lies in the project: a .pth file or a changed package
+            # there would run on the host at the next start (pip installs into it fail inside)
+            candidates.append(Path(sys.prefix))
         out: list[Path] = []
         for path in candidates:
             if not os.path.lexists(path):

@@ -35,7 +35,7 @@ killed, the kernel kills everything else in the namespace, daemons included. Com
 
 Without isolation (not root, or ``isolate=False``) commands run as the current user, each in
 its own process group, killed as a group at its timeout; on exit every process still carrying
-this sandbox's ``AGENT_CODE_SANDBOX`` marker in its environment is killed too. **Nothing of the
+this sandbox's ``AGENT_CODE_SANDBOX_ID`` marker in its environment is killed too. **Nothing of the
 above holds then**: the agent reads and writes whatever the current user may, and reaches every
 service of this machine's network; :meth:`expose_gateway` returns the URL unchanged.
 
@@ -80,7 +80,7 @@ from agent_code.sandbox.untrusted import (
 T = TypeVar("T")
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-MARKER = "AGENT_CODE_SANDBOX"
+MARKER = "AGENT_CODE_SANDBOX_ID"   # (not AGENT_CODE_SANDBOX: that switches the OS sandbox of agent-code itself)
 PRIVATE_TMP_SIZE = "1g"
 DRAIN_SECONDS = 10.0   # a killed command's pipes must reach their ends within this
 ENTER_SCRIPT = Path(__file__).with_name("local_enter.py")
@@ -119,7 +119,7 @@ def _is_ipv4_loopback(host: str) -> bool:
 
 
 def kill_marked(sandbox_id: str) -> int:
-    """SIGKILL every process whose environment carries ``AGENT_CODE_SANDBOX=sandbox_id``."""
+    """SIGKILL every process whose environment carries ``AGENT_CODE_SANDBOX_ID=sandbox_id``."""
     needle = f"{MARKER}={sandbox_id}".encode()
     killed = 0
     for entry in Path("/proc").iterdir():
