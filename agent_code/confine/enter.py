@@ -54,9 +54,10 @@ class _Module:
         self.__dict__.update(namespace)
 
 
-def _relay_module() -> _Module:
+def relay_module() -> _Module:
     """relay_inside.py (next to this file), run as a plain file: ``-I -S`` puts no package on
-    the path, and importlib's machinery costs more than the script."""
+    the path, and importlib's machinery costs more than the script. (The rollout sandbox's
+    ``sandbox/local_enter.py`` loads its relay through this too.)"""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay_inside.py")
     with open(path, "rb") as f:
         namespace = {"__name__": "agent_code_relay_inside", "__file__": path}
@@ -160,7 +161,7 @@ def main(argv: list[str]) -> int:
                 os.fstat(fd)
             except OSError:
                 os.open(os.devnull, os.O_RDWR)
-        module = _relay_module()
+        module = relay_module()
         step = "bringing up loopback"
         module.loopback_up()
         for port, socket_path in relays:

@@ -46,8 +46,7 @@ import sys
 
 TYPE_CHECKING = False  # (typing is not imported at run time: this file starts every sandbox)
 if TYPE_CHECKING:
-    import socket
-    from typing import Callable
+    from agent_code.confine.enter import _Module as _RelayModule
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
@@ -200,26 +199,14 @@ def build_root(spec: dict) -> None:
     mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-class _Module:
-    """relay_inside.py's namespace as attributes (the functions this file calls are declared)."""
-
-    loopback_up: Callable[[], None]
-    listen: Callable[[str, int], socket.socket]
-    serve: Callable[[socket.socket, str], None]
-
-    def __init__(self, namespace: dict) -> None:
-        self.__dict__.update(namespace)
-
-
-def _relay_module() -> _Module:
-    """``agent_code/confine/relay_inside.py``, run as a plain file (importlib's machinery costs
-    more than the script; ``-I -S`` puts no package on the path)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(package, "confine", "relay_inside.py")
+def _relay_module() -> _RelayModule:
+    """The in-namespace relay, ``agent_code/confine/relay_inside.py``, as ``confine/enter.py``
+    loads it (both run as plain files: ``-I -S`` puts no package on the path)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "confine", "enter.py")
     with open(path, "rb") as f:
-        namespace = {"__name__": "agent_code_relay_inside", "__file__": path}
+        namespace: dict = {"__name__": "agent_code_enter", "__file__": path}
         exec(compile(f.read(), path, "exec"), namespace)
-    return _Module(namespace)
+    return namespace["relay_module"]()
 
 
 def drop_privileges(uid: int, gid: int, nproc: int | None = None) -> None:
