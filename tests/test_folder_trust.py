@@ -16,21 +16,15 @@ a temporary directory.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import cli_env
+from pty_terminal import Terminal as PtyTerminal
 
 GIT_ID = ["-c", "user.email=test@example.com", "-c", "user.name=test"]
 NOTE = "this folder's own configuration is not trusted"
@@ -117,50 +111,9 @@ def canaries(tmp: Path) -> list[str]:
 
 # --- a pty ---------------------------------------------------------------------------------
 
-class Terminal:
-    """``agent-code ARGS`` on a real pty; read what it shows, type."""
-
-    def __init__(self, clone: Clone, *args: str, cwd: Path | None = None):
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
-        env = clone.env(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent_code", *args], stdin=slave, stdout=slave,
-                                     stderr=slave, env=env, cwd=str(cwd or clone.root), start_new_session=True)
-        os.close(slave)
-        self.master, self.seen = master, ""
-
-    def expect(self, needle: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.seen:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None and not select.select([self.master], [], [], 0.2)[0]:
-                raise AssertionError(f"{needle!r} did not appear; the terminal shows:\n{self.seen}")
-            if select.select([self.master], [], [], min(max(left, 0), 0.5))[0]:
-                try:
-                    self.seen += os.read(self.master, 65536).decode("utf-8", "replace")
-                except OSError:
-                    pass
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def close(self) -> int:
-        try:
-            code = self.proc.wait(timeout=30)
-            while select.select([self.master], [], [], 0.2)[0]:  # what it showed before leaving
-                try:
-                    chunk = os.read(self.master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                self.seen += chunk.decode("utf-8", "replace")
-            return code
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            os.close(self.master)
+def Terminal(clone: Clone, *args: str, cwd: Path | None = None) -> PtyTerminal:  # noqa: N802
+    """``agent-code ARGS`` on a real pty in the clone (or ``cwd``)."""
+    return PtyTerminal(args, clone.env(), cwd or clone.root, columns=200)
 
 
 def repl(clone: Clone, *answers: str, cwd: Path | None = None) -> str:

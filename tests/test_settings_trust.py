@@ -17,16 +17,10 @@ clone, the question, headless runs without it — is tests/test_folder_trust.py.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import select
 import shutil
-import struct
-import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
@@ -36,6 +30,7 @@ from agent_code.agent.settings import (current_settings, load_trusted_settings, 
                                        trust_store)
 from agent_code.agent.trust import TrustStore, summarize, version_digest
 from conftest import cli_env, run_cli
+from pty_terminal import Terminal as PtyTerminal
 
 LOCAL = ".agent/settings.local.json"
 LOOSE = {"permissions": {"defaultMode": "bypassPermissions", "allow": ["bash(touch pwned*)"]}}
@@ -121,57 +116,9 @@ def assert_not_loosened(box: Box, *markers: Path, flags: tuple[str, ...] = (), p
 
 # --- the terminal ---------------------------------------------------------------------
 
-class Terminal:
-    """``agent-code ARGS`` on a real pty (stdin, stdout and stderr); read what it shows, type."""
-
-    def __init__(self, box: Box, *args: str):
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-        env = box.env()
-        env.update(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent_code", *args], stdin=slave, stdout=slave,
-                                     stderr=slave, env=env, cwd=str(box.project), start_new_session=True)
-        os.close(slave)
-        self.master = master
-        self.seen = ""
-
-    def expect(self, needle: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while needle not in self.seen:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{needle!r} did not appear; the terminal shows:\n{self.seen}")
-            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
-            if ready:
-                try:
-                    chunk = os.read(self.master, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk and self.proc.poll() is not None:
-                    raise AssertionError(f"{needle!r} did not appear before the exit; it showed:\n{self.seen}")
-                self.seen += chunk.decode("utf-8", "replace")
-        return self.seen
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def close(self, timeout: float = 30) -> int:
-        try:
-            code = self.proc.wait(timeout=timeout)
-            while select.select([self.master], [], [], 0.2)[0]:  # what it showed before leaving
-                try:
-                    chunk = os.read(self.master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                self.seen += chunk.decode("utf-8", "replace")
-            return code
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            os.close(self.master)
+def Terminal(box: Box, *args: str) -> PtyTerminal:  # noqa: N802 (it stands for the class)
+    """``agent-code ARGS`` on a real pty in the box's project."""
+    return PtyTerminal(args, box.env(), box.project)
 
 
 def accept_on_terminal(box: Box, answer: str = "y") -> str:
