@@ -227,6 +227,10 @@ def trust_folder(root: Path, home: Path, how: str) -> None:
 
 def run_agent_code(*args: str, home: Path, cwd: Path, input: str | None = None,
                    **env: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with the OS sandbox off: these tests are about the MCP client (servers that
+    leave markers outside the project, an agent that kills its own server with bash), and the
+    wall would stop both by itself (tests/test_confine_wall.py runs a server inside it)."""
+    env = {"AGENT_CODE_SANDBOX": "0", **env}
     return subprocess.run([sys.executable, "-m", "agent_code", *args], capture_output=True, text=True,
                           cwd=cwd, env=cli_env(HOME=str(home), **env), input=input, timeout=90)
 
