@@ -243,11 +243,11 @@ def scan_work(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return work
 
 
-def scans_at(kind: str, work: list[int]) -> dict[int, int]:
+def scans_at(kind: str, work: list[int], sizes: tuple[int, int] = (8000, 32000)) -> dict[int, int]:
     from agent_code.policy.evaluated import read_values
 
     out = {}
-    for size in (8000, 32000):
+    for size in sizes:
         work[0] = 0
         read_values(scan_floods(size)[kind])
         out[size] = work[0]
@@ -287,8 +287,8 @@ def test_the_scan_count_sees_the_square_without_the_costing(kind, scan_work, mon
     from agent_code.policy import evaluated
 
     monkeypatch.setattr(evaluated, "COSTED_LENGTH", 10**9)
-    work = scans_at(kind, scan_work)
-    assert work[8000] > 0 and work[32000] > 4.5 * work[8000] + 1000, work
+    work = scans_at(kind, scan_work, (2000, 8000))   # (the square shows at a quarter of the size, in a sixteenth of the time)
+    assert work[2000] > 0 and work[8000] > 4.5 * work[2000] + 1000, work
 
 
 def benign_long_lines() -> dict[str, str]:
