@@ -403,3 +403,32 @@ def test_a_command_cannot_change_the_interpreter_agent_code_runs_from(project, h
     done = subprocess.run([str(venv / "bin" / "python"), "-c", probe, str(project)], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": paths}, timeout=60)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+@needs_bwrap
+def test_a_fifo_planted_as_a_git_include_neither_hangs_the_start_nor_unprotects_git(tmp_path):
+    """The next variant (plant a FIFO where the wall's start reads): a ``.git/config`` that a
+    command wrote into a project that had no ``.git`` includes a FIFO, so ``git config
+    --includes`` blocks. The start is bounded, and a wall that cannot read what git would run
+    keeps the whole git dir read-only (before: 10 s, then nothing of it protected but hooks and
+    config)."""
+    import threading
+
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q")
+    os.mkfifo(root / "inc.fifo")
+    git(root, "config", "--file", ".git/config", "include.path", "../inc.fifo")
+    opened: list = []
+    worker = threading.Thread(target=lambda: opened.append(open_wall(root)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert opened, "open_wall hung on the FIFO"
+    wall = opened[0]
+    assert isinstance(wall, Wall)
+    try:
+        assert not wall.contains_write(root / ".git" / "HEAD")
+        assert not wall.contains_write(root / ".git" / "refs" / "heads" / "x")
+        assert wall.contains_write(root / "src.py")
+    finally:
+        wall.close()

@@ -327,7 +327,9 @@ class Wall:
 
     def _git_config_paths(self, git_dir: Path) -> list[Path]:
         """``core.hooksPath`` and the included config files of ``git_dir/config``, read by
-        ``git config --file`` (no program of the repository's runs)."""
+        ``git config --file`` (no program of the repository's runs). When git cannot say (an
+        include naming a FIFO blocks it until the timeout), the whole git dir: a wall that
+        cannot know what git would run protects all of it (commits fail, nothing is planted)."""
         config = git_dir / "config"
         git = host_which("git", self.writable)
         if git is None or not config.is_file():
@@ -335,10 +337,10 @@ class Wall:
         try:
             out = subprocess.run([git, "config", "--file", str(config), "--includes", "--get-regexp",
                                   r"^(core\.hookspath|include\.path|includeif\..*\.path)$"],
-                                 capture_output=True, text=True, env=self._git_env(), timeout=10,
+                                 capture_output=True, text=True, env=self._git_env(), timeout=5,
                                  stdin=subprocess.DEVNULL, check=False).stdout
         except (OSError, subprocess.SubprocessError):
-            return []
+            return [Path(os.path.realpath(git_dir))]
         found = []
         for line in out.splitlines():
             key, _, value = line.partition(" ")
